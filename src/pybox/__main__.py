@@ -1,0 +1,3 @@
+from pybox._frontends.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,553 @@
+"""A small Docker Engine API client over a unix socket (standard library only).
+
+This layer speaks HTTP to the engine and nothing else: it knows no policy,
+no posture and no receipts. `Engine` is the protocol the orchestration layer
+depends on; `DockerEngine` implements it against a real engine and the unit
+tests implement it with a fake.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import socket
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pybox._core.errors import ConfigError, EngineAPIError, EngineError, EngineUnavailable
+
+# The oldest Engine API with every field pybox sets and reads back, and the
+# newest it has been checked against. pybox talks the highest both sides know.
+MIN_API_VERSION = (1, 41)
+MAX_API_VERSION = (1, 47)
+
+DEFAULT_TIMEOUT_S = 60.0
+
+JSONObject = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EngineEndpoint:
+    """Where the engine's API socket is, and how pybox found it."""
+
+    socket_path: str
+    found_by: str
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket_path}"
+
+
+def socket_candidates(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The usual socket paths, in the order pybox tries them."""
+    candidates = [
+        ("/var/run/docker.sock", "the default Docker socket"),
+        ("/run/docker.sock", "the default Docker socket"),
+    ]
+    runtime_dir = environ.get("XDG_RUNTIME_DIR")
+    if runtime_dir:
+        candidates.append((f"{runtime_dir}/docker.sock", "the rootless Docker socket"))
+    return candidates
+
+
+def find_endpoint(environ: Mapping[str, str]) -> EngineEndpoint:
+    """`DOCKER_HOST` if set, else the first usual socket path that exists."""
+    docker_host = environ.get("DOCKER_HOST", "").strip()
+    if docker_host:
+        if not docker_host.startswith("unix://"):
+            raise ConfigError(
+                f"DOCKER_HOST={docker_host!r} is not a unix socket. pybox only drives a local "
+                "engine through its unix socket (for example unix:///var/run/docker.sock); "
+                "unset DOCKER_HOST or point it at a unix:// socket."
+            )
+        return EngineEndpoint(docker_host[len("unix://") :], "DOCKER_HOST")
+    candidates = socket_candidates(environ)
+    for path, why in candidates:
+        if os.path.exists(path):
+            return EngineEndpoint(path, why)
+    tried = ", ".join(path for path, _ in candidates)
+    raise EngineUnavailable(
+        f"No container engine socket found (tried {tried}). Install and start Docker "
+        "(for example: sudo apt-get install docker.io && sudo systemctl start docker), "
+        "or set DOCKER_HOST=unix:///path/to/docker.sock."
+    )
+
+
+class AttachStream(Protocol):
+    """A box's stdin (to send) and demultiplexed stdout/stderr (to read)."""
+
+    def send(self, data: bytes) -> None: ...
+
+    def read(self, timeout_s: float) -> tuple[int, bytes] | None:
+        """`(1, bytes)` for stdout, `(2, bytes)` for stderr, `(0, b"")` at the end,
+        or None when nothing arrived within `timeout_s`."""
+        ...
+
+    def fileno(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Engine(Protocol):
+    """The engine operations pybox uses. Implemented by DockerEngine and fakes."""
+
+    @property
+    def endpoint(self) -> EngineEndpoint: ...
+
+    @property
+    def api_version(self) -> str: ...
+
+    @property
+    def server_version(self) -> str: ...
+
+    def version(self) -> JSONObject: ...
+
+    def info(self) -> JSONObject: ...
+
+    def create_container(self, name: str, body: JSONObject) -> str: ...
+
+    def inspect_container(self, container_id: str) -> JSONObject | None: ...
+
+    def attach(self, container_id: str) -> AttachStream: ...
+
+    def start_container(self, container_id: str) -> None: ...
+
+    def kill_container(self, container_id: str, signal: str = "KILL") -> bool: ...
+
+    def wait_container(self, container_id: str, timeout_s: float) -> int: ...
+
+    def remove_container(self, container_id: str) -> bool: ...
+
+    def list_containers(self, labels: Mapping[str, str | None]) -> list[JSONObject]: ...
+
+    def inspect_image(self, reference: str) -> JSONObject | None: ...
+
+    def import_image(
+        self, tar_chunks: Iterable[bytes], repo: str, tag: str, changes: list[str]
+    ) -> str: ...
+
+    def remove_image(self, reference: str) -> bool: ...
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, socket_path: str, timeout_s: float) -> None:
+        super().__init__("localhost", timeout=timeout_s)
+        self._socket_path = socket_path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def _unreachable(endpoint: EngineEndpoint, exc: OSError) -> EngineUnavailable:
+    if isinstance(exc, PermissionError):
+        hint = (
+            "permission denied. Run as a user in the 'docker' group (sudo usermod -aG "
+            "docker $USER, then log in again) or as root."
+        )
+    elif isinstance(exc, FileNotFoundError):
+        hint = "the socket does not exist. Is the engine installed and running?"
+    elif isinstance(exc, ConnectionRefusedError):
+        hint = "connection refused. Start the engine (for example: sudo systemctl start docker)."
+    else:
+        hint = f"{exc.strerror or exc}. Check that the engine is running."
+    return EngineUnavailable(f"Cannot reach the container engine at {endpoint.url}: {hint}")
+
+
+def _engine_message(raw: bytes) -> str:
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace").strip()[:500]
+    if isinstance(decoded, dict) and isinstance(decoded.get("message"), str):
+        return str(decoded["message"])
+    return raw.decode("utf-8", "replace").strip()[:500]
+
+
+class DockerAttachStream:
+    """A hijacked `/attach` connection: raw stdin out, multiplexed output in."""
+
+    _HEADER = 8
+
+    def __init__(self, sock: socket.socket, leftover: bytes) -> None:
+        self._sock = sock
+        self._buffer = bytearray(leftover)
+        self._stream = 0
+        self._remaining = 0
+        self._ended = False
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def send(self, data: bytes) -> None:
+        self._sock.settimeout(DEFAULT_TIMEOUT_S)
+        self._sock.sendall(data)
+
+    def _take(self) -> tuple[int, bytes] | None:
+        """One chunk from the buffer, if the buffer holds one."""
+        while True:
+            if self._remaining:
+                if not self._buffer:
+                    return None
+                chunk = bytes(self._buffer[: self._remaining])
+                del self._buffer[: len(chunk)]
+                self._remaining -= len(chunk)
+                return (self._stream, chunk)
+            if len(self._buffer) < self._HEADER:
+                return None
+            self._stream = self._buffer[0]
+            self._remaining = int.from_bytes(self._buffer[4:8], "big")
+            del self._buffer[: self._HEADER]
+
+    def read(self, timeout_s: float) -> tuple[int, bytes] | None:
+        chunk = self._take()
+        if chunk is not None:
+            return chunk
+        if self._ended:
+            return (0, b"")
+        readable, _, _ = select.select([self._sock], [], [], max(timeout_s, 0.0))
+        if not readable:
+            return None
+        data = self._sock.recv(262144)
+        if not data:
+            self._ended = True
+            return (0, b"")
+        self._buffer += data
+        return self._take()
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+class DockerEngine:
+    """The Docker Engine API (and compatible engines) over a unix socket."""
+
+    def __init__(
+        self, endpoint: EngineEndpoint, api_version: str, server_version: str = ""
+    ) -> None:
+        self._endpoint = endpoint
+        self._api_version = api_version
+        self._server_version = server_version
+
+    @classmethod
+    def connect(cls, endpoint: EngineEndpoint) -> DockerEngine:
+        """Reach the engine and agree on an API version, or say why not."""
+        probe = cls(endpoint, "")
+        server = probe._call("GET", "/version", versioned=False, timeout_s=10.0)
+        if not isinstance(server, dict):
+            raise EngineError(f"The engine at {endpoint.url} answered /version with {server!r}.")
+        raw = str(server.get("ApiVersion", "0.0"))
+        try:
+            server_version = tuple(int(part) for part in raw.split("."))
+        except ValueError:
+            raise EngineError(f"The engine reports an unreadable API version {raw!r}.") from None
+        if server_version < MIN_API_VERSION:
+            need = ".".join(map(str, MIN_API_VERSION))
+            raise EngineError(
+                f"The engine at {endpoint.url} speaks Engine API {raw}; pybox needs {need} "
+                "or newer. Upgrade the engine (Docker 20.10 or later)."
+            )
+        chosen = min(server_version, MAX_API_VERSION)
+        return cls(endpoint, ".".join(map(str, chosen)), str(server.get("Version", "unknown")))
+
+    @property
+    def endpoint(self) -> EngineEndpoint:
+        return self._endpoint
+
+    @property
+    def api_version(self) -> str:
+        return self._api_version
+
+    @property
+    def server_version(self) -> str:
+        return self._server_version
+
+    # -- plumbing -------------------------------------------------------------
+
+    def _path(self, path: str, query: Mapping[str, str] | None, versioned: bool) -> str:
+        full = f"/v{self._api_version}{path}" if versioned else path
+        if query:
+            full += "?" + urllib.parse.urlencode(query)
+        return full
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: JSONObject | None = None,
+        stream_body: Iterable[bytes] | None = None,
+        content_type: str = "application/json",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        versioned: bool = True,
+    ) -> tuple[int, bytes]:
+        full_path = self._path(path, query, versioned)
+        conn = _UnixHTTPConnection(self._endpoint.socket_path, timeout_s)
+        try:
+            headers = {"Host": "docker"}
+            payload: bytes | Iterable[bytes] | None = None
+            if body is not None:
+                payload = json.dumps(body).encode()
+                headers["Content-Type"] = content_type
+            elif stream_body is not None:
+                payload = stream_body
+                headers["Content-Type"] = content_type
+                headers["Transfer-Encoding"] = "chunked"
+            conn.request(
+                method,
+                full_path,
+                body=payload,
+                headers=headers,
+                encode_chunked=stream_body is not None,
+            )
+            response = conn.getresponse()
+            return response.status, response.read()
+        except TimeoutError:
+            raise EngineError(
+                f"The engine did not answer {method} {path} within {timeout_s:g} s."
+            ) from None
+        except (ConnectionError, FileNotFoundError, PermissionError) as exc:
+            raise _unreachable(self._endpoint, exc) from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise EngineUnavailable(
+                f"Lost the connection to the engine at {self._endpoint.url} during "
+                f"{method} {path}: {exc}. Check that the engine is still running."
+            ) from exc
+        finally:
+            conn.close()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        ok: tuple[int, ...] = (200, 201, 204),
+        missing_ok: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        status, raw = self._request(method, path, **kwargs)
+        if missing_ok and status == 404:
+            return None
+        if status not in ok:
+            message = _engine_message(raw)
+            raise EngineAPIError(
+                f"The engine refused {method} {path} (HTTP {status}): {message}",
+                status=status,
+                engine_message=message,
+            )
+        if not raw:
+            return {}
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise EngineError(
+                f"The engine answered {method} {path} with something that is not JSON: "
+                f"{raw[:200]!r}"
+            ) from None
+
+    # -- system ---------------------------------------------------------------
+
+    def version(self) -> JSONObject:
+        result: JSONObject = self._call("GET", "/version")
+        return result
+
+    def info(self) -> JSONObject:
+        result: JSONObject = self._call("GET", "/info")
+        return result
+
+    # -- containers -------------------------------------------------------------
+
+    def create_container(self, name: str, body: JSONObject) -> str:
+        result = self._call("POST", "/containers/create", query={"name": name}, body=body)
+        container_id = result.get("Id") if isinstance(result, dict) else None
+        if not isinstance(container_id, str) or not container_id:
+            raise EngineError(f"The engine created {name} but returned no container ID: {result!r}")
+        return container_id
+
+    def inspect_container(self, container_id: str) -> JSONObject | None:
+        result: JSONObject | None = self._call(
+            "GET", f"/containers/{container_id}/json", missing_ok=True
+        )
+        return result
+
+    def start_container(self, container_id: str) -> None:
+        self._call("POST", f"/containers/{container_id}/start", ok=(204, 304))
+
+    def kill_container(self, container_id: str, signal: str = "KILL") -> bool:
+        """Send `signal`; False when the box was already stopped or gone."""
+        status, raw = self._request(
+            "POST", f"/containers/{container_id}/kill", query={"signal": signal}
+        )
+        if status in (204, 200):
+            return True
+        if status in (404, 409):
+            return False
+        message = _engine_message(raw)
+        raise EngineAPIError(
+            f"The engine refused to kill {container_id[:12]} (HTTP {status}): {message}",
+            status=status,
+            engine_message=message,
+        )
+
+    def wait_container(self, container_id: str, timeout_s: float) -> int:
+        result = self._call(
+            "POST",
+            f"/containers/{container_id}/wait",
+            query={"condition": "not-running"},
+            timeout_s=timeout_s,
+        )
+        code = result.get("StatusCode") if isinstance(result, dict) else None
+        if not isinstance(code, int):
+            raise EngineError(f"The engine's wait answer has no exit code: {result!r}")
+        return code
+
+    def remove_container(self, container_id: str) -> bool:
+        """Force-remove the box; False when the engine says it does not exist."""
+        status, raw = self._request(
+            "DELETE",
+            f"/containers/{container_id}",
+            query={"force": "1", "v": "1"},
+        )
+        if status in (200, 204):
+            return True
+        if status == 404:
+            return False
+        message = _engine_message(raw)
+        if status == 409 and "already in progress" in message:
+            return True
+        raise EngineAPIError(
+            f"The engine refused to remove {container_id[:12]} (HTTP {status}): {message}",
+            status=status,
+            engine_message=message,
+        )
+
+    def list_containers(self, labels: Mapping[str, str | None]) -> list[JSONObject]:
+        label_filter = [key if value is None else f"{key}={value}" for key, value in labels.items()]
+        query = {"all": "1", "filters": json.dumps({"label": label_filter})}
+        result = self._call("GET", "/containers/json", query=query)
+        if not isinstance(result, list):
+            raise EngineError(f"The engine's container list is not a list: {result!r}")
+        return result
+
+    def attach(self, container_id: str) -> DockerAttachStream:
+        """Hijack an attach connection for stdin, stdout and stderr."""
+        path = self._path(
+            f"/containers/{container_id}/attach",
+            {"stream": "1", "stdin": "1", "stdout": "1", "stderr": "1"},
+            versioned=True,
+        )
+        request = (
+            f"POST {path} HTTP/1.1\r\nHost: docker\r\nUpgrade: tcp\r\n"
+            "Connection: Upgrade\r\nContent-Length: 0\r\n\r\n"
+        ).encode()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(DEFAULT_TIMEOUT_S)
+        try:
+            sock.connect(self._endpoint.socket_path)
+            sock.sendall(request)
+            received = b""
+            while b"\r\n\r\n" not in received:
+                data = sock.recv(65536)
+                if not data:
+                    raise EngineError("The engine closed the attach connection before answering.")
+                received += data
+                if len(received) > 65536:
+                    raise EngineError("The engine's attach answer has oversized headers.")
+        except OSError as exc:
+            sock.close()
+            raise _unreachable(self._endpoint, exc) from exc
+        except BaseException:
+            sock.close()
+            raise
+        head, leftover = received.split(b"\r\n\r\n", 1)
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = status_line.split(" ", 2)
+        if len(parts) < 2 or parts[1] not in ("101", "200"):
+            sock.close()
+            raise EngineError(f"The engine refused to attach to {container_id[:12]}: {status_line}")
+        return DockerAttachStream(sock, leftover)
+
+    # -- images ---------------------------------------------------------------
+
+    def inspect_image(self, reference: str) -> JSONObject | None:
+        result: JSONObject | None = self._call(
+            "GET", f"/images/{urllib.parse.quote(reference, safe='')}/json", missing_ok=True
+        )
+        return result
+
+    def import_image(
+        self, tar_chunks: Iterable[bytes], repo: str, tag: str, changes: list[str]
+    ) -> str:
+        query: dict[str, str] = {"fromSrc": "-", "repo": repo, "tag": tag}
+        path = "/images/create"
+        if changes:
+            # The API takes `changes` as a repeated query parameter.
+            extra = "&".join("changes=" + urllib.parse.quote(c, safe="") for c in changes)
+            status, raw = self._request(
+                "POST",
+                path + "?" + urllib.parse.urlencode(query) + "&" + extra,
+                stream_body=tar_chunks,
+                content_type="application/x-tar",
+                timeout_s=1800.0,
+            )
+        else:
+            status, raw = self._request(
+                "POST",
+                path,
+                query=query,
+                stream_body=tar_chunks,
+                content_type="application/x-tar",
+                timeout_s=1800.0,
+            )
+        if status != 200:
+            message = _engine_message(raw)
+            raise EngineAPIError(
+                f"The engine refused the image import (HTTP {status}): {message}",
+                status=status,
+                engine_message=message,
+            )
+        # The answer is a stream of JSON progress objects; the last names the image.
+        image_id = ""
+        for line in raw.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                if event.get("error"):
+                    raise EngineError(f"The engine failed to import the image: {event['error']}")
+                status_text = event.get("status")
+                if isinstance(status_text, str) and status_text.startswith("sha256:"):
+                    image_id = status_text
+        if not image_id:
+            raise EngineError(f"The image import returned no image ID: {raw[:300]!r}")
+        return image_id
+
+    def remove_image(self, reference: str) -> bool:
+        status, raw = self._request(
+            "DELETE", f"/images/{urllib.parse.quote(reference, safe='')}", query={"noprune": "0"}
+        )
+        if status == 200:
+            return True
+        if status == 404:
+            return False
+        message = _engine_message(raw)
+        raise EngineAPIError(
+            f"The engine refused to remove image {reference} (HTTP {status}): {message}",
+            status=status,
+            engine_message=message,
+        )

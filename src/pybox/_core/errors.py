@@ -1,0 +1,73 @@
+"""The one exception tree pybox raises.
+
+Every message says what failed, the value involved, the limit (if any) and the
+next step. A program that fails inside its box is *not* an exception: it is
+data in the receipt.
+"""
+
+from __future__ import annotations
+
+
+class PyboxError(Exception):
+    """Base class of every error pybox raises on purpose."""
+
+
+class RequestRejected(PyboxError):
+    """The request was refused before anything was created."""
+
+
+class LimitExceeded(RequestRejected):
+    """A requested limit is above the operator's ceiling (never clamped)."""
+
+
+class InvalidRequest(RequestRejected):
+    """A request is malformed: wrong type, bad file name, missing file."""
+
+
+class ConfigError(PyboxError):
+    """The operator configuration (file, environment, flags) is invalid."""
+
+
+class EngineError(PyboxError):
+    """The container engine failed or answered something unexpected."""
+
+
+class EngineUnavailable(EngineError):
+    """The container engine cannot be reached. Never read as "already gone"."""
+
+
+class EngineAPIError(EngineError):
+    """The engine answered an API call with an error status."""
+
+    def __init__(self, message: str, *, status: int, engine_message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.engine_message = engine_message
+
+
+class ImageError(PyboxError):
+    """An image is missing, unrecorded, or not the one that was recorded."""
+
+
+class ImageBuildError(ImageError):
+    """Building an image failed."""
+
+
+class StateError(PyboxError):
+    """pybox's state directory cannot be read or written."""
+
+
+class SandboxError(PyboxError):
+    """The box could not be made or kept as promised (posture, protocol)."""
+
+
+class PostureMismatch(SandboxError):
+    """The container the engine created differs from what pybox asked for."""
+
+    def __init__(self, message: str, *, fields: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+
+class CleanupError(PyboxError):
+    """A box could not be confirmed removed."""

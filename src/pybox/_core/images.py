@@ -1,0 +1,106 @@
+"""Image records and recipes (pure values).
+
+An image is only used when the engine's image ID equals the ID pybox recorded
+when it built the image. The recipe hash names what went into the build, so a
+changed recipe means a rebuild, never a silent mismatch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pybox._core.errors import InvalidRequest, StateError
+
+IMAGE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+IMAGE_REPO_PREFIX = "pybox/"
+
+
+def check_image_name(name: object) -> str:
+    if not isinstance(name, str) or not IMAGE_NAME_RE.match(name):
+        raise InvalidRequest(
+            f"Image name {name!r} is not valid: use lower-case letters, digits, '-' or '_' "
+            "(for example 'stdlib')."
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What an image is built from; its hash identifies the build."""
+
+    name: str
+    base: str
+    suite: str
+    mirror: str
+    packages: tuple[str, ...]
+    builder_version: int
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "base": self.base,
+            "suite": self.suite,
+            "mirror": self.mirror,
+            "packages": list(self.packages),
+            "builder_version": self.builder_version,
+            "extra": [list(item) for item in self.extra],
+        }
+
+    @property
+    def hash(self) -> str:
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    """An image pybox built (or pulled) and will run, pinned by its engine ID."""
+
+    name: str
+    image_id: str
+    recipe_hash: str
+    python_path: str
+    built_at: str
+    env: tuple[tuple[str, str], ...] = field(default=())
+    packages: tuple[str, ...] = field(default=())
+    recipe: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reference(self) -> str:
+        return f"{IMAGE_REPO_PREFIX}{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "image_id": self.image_id,
+            "recipe_hash": self.recipe_hash,
+            "python_path": self.python_path,
+            "built_at": self.built_at,
+            "env": [list(item) for item in self.env],
+            "packages": list(self.packages),
+            "recipe": self.recipe,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> ImageRecord:
+        try:
+            return cls(
+                name=str(data["name"]),
+                image_id=str(data["image_id"]),
+                recipe_hash=str(data["recipe_hash"]),
+                python_path=str(data["python_path"]),
+                built_at=str(data["built_at"]),
+                env=tuple((str(k), str(v)) for k, v in data.get("env", [])),
+                packages=tuple(str(p) for p in data.get("packages", [])),
+                recipe=dict(data.get("recipe", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(
+                f"{where} holds an unreadable image record ({exc}). Rebuild the image with "
+                "`pybox image build NAME`."
+            ) from exc

@@ -1,0 +1,240 @@
+"""Limits, and the operator policy that bounds them (pure values, no I/O).
+
+The operator sets defaults and ceilings; a request may only ask for less.
+Asking for more is rejected with the value and the ceiling named, never clamped.
+
+Internally every limit is held in base units (`*_bytes`, `*_s`). People and
+configuration files use friendlier units (`memory_mib`); `LIMIT_FIELDS` is the
+single table that maps one onto the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pybox._core.errors import ConfigError, InvalidRequest, LimitExceeded
+
+KIB = 1024
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Effective limits of one box, in base units."""
+
+    timeout_s: float
+    memory_bytes: int
+    cpus: float
+    pids: int
+    open_files: int
+    writable_bytes: int
+    output_bytes: int
+    output_files: int
+    output_files_bytes: int
+    input_bytes: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class LimitRequest:
+    """What a client asked for, in base units; `None` means "the default"."""
+
+    timeout_s: float | None = None
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+    open_files: int | None = None
+    writable_bytes: int | None = None
+    output_bytes: int | None = None
+    output_files: int | None = None
+    output_files_bytes: int | None = None
+    input_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class LimitField:
+    """How one limit is named, shown and bounded for people."""
+
+    attr: str
+    key: str
+    what: str
+    unit: str
+    scale: int
+    integral: bool
+    minimum: float
+
+    def to_user(self, base_value: float) -> float:
+        return base_value / self.scale
+
+    def to_base(self, user_value: float) -> float | int:
+        value = user_value * self.scale
+        return int(value) if self.integral else float(value)
+
+    def describe(self, base_value: float) -> str:
+        user = self.to_user(base_value)
+        shown = f"{user:g}" if not float(user).is_integer() else f"{int(user)}"
+        return f"{shown} {self.unit}".rstrip()
+
+
+LIMIT_FIELDS: tuple[LimitField, ...] = (
+    LimitField("timeout_s", "timeout_s", "wall-clock time", "s", 1, False, 0.1),
+    LimitField("memory_bytes", "memory_mib", "memory", "MiB", MIB, True, 16),
+    LimitField("cpus", "cpus", "CPU", "CPUs", 1, False, 0.01),
+    LimitField("pids", "pids", "processes", "processes", 1, True, 8),
+    LimitField("open_files", "open_files", "open files", "files", 1, True, 32),
+    LimitField("writable_bytes", "writable_mib", "writable space per tmpfs", "MiB", MIB, True, 1),
+    LimitField("output_bytes", "output_kib", "output per stream", "KiB", KIB, True, 1),
+    LimitField("output_files", "output_files", "returned files", "files", 1, True, 0),
+    LimitField(
+        "output_files_bytes", "output_files_mib", "returned file bytes", "MiB", MIB, True, 0
+    ),
+    LimitField("input_bytes", "input_mib", "code and input bytes", "MiB", MIB, True, 1),
+)
+
+FIELDS_BY_KEY: Mapping[str, LimitField] = {f.key: f for f in LIMIT_FIELDS}
+FIELDS_BY_ATTR: Mapping[str, LimitField] = {f.attr: f for f in LIMIT_FIELDS}
+
+BUILTIN_DEFAULTS = Limits(
+    timeout_s=30.0,
+    memory_bytes=512 * MIB,
+    cpus=1.0,
+    pids=128,
+    open_files=256,
+    writable_bytes=64 * MIB,
+    output_bytes=1024 * KIB,
+    output_files=100,
+    output_files_bytes=64 * MIB,
+    input_bytes=32 * MIB,
+)
+
+BUILTIN_CEILINGS = Limits(
+    timeout_s=3600.0,
+    memory_bytes=8192 * MIB,
+    cpus=4.0,
+    pids=4096,
+    open_files=4096,
+    writable_bytes=1024 * MIB,
+    output_bytes=64 * 1024 * KIB,
+    output_files=10_000,
+    output_files_bytes=1024 * MIB,
+    input_bytes=512 * MIB,
+)
+
+
+def _check_number(field: LimitField, value: object, where: str) -> float:
+    """Return `value` as a finite number, or say exactly why it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(
+            f"{where}: {field.key} must be a number, not {type(value).__name__} ({value!r})."
+        )
+    if not math.isfinite(value):
+        raise InvalidRequest(f"{where}: {field.key} must be a finite number, not {value!r}.")
+    return float(value)
+
+
+def parse_user_value(key: str, raw: object, where: str) -> float | int:
+    """Turn a user-unit value (TOML number, env or flag string) into base units."""
+    field = FIELDS_BY_KEY.get(key)
+    if field is None:
+        known = ", ".join(sorted(FIELDS_BY_KEY))
+        raise ConfigError(f"{where}: unknown limit {key!r}. Known limits: {known}.")
+    if isinstance(raw, str):
+        try:
+            raw = float(raw) if any(c in raw for c in ".eE") else int(raw)
+        except ValueError:
+            raise ConfigError(
+                f"{where}: {key} must be a number in {field.unit}, not {raw!r}."
+            ) from None
+    try:
+        number = _check_number(field, raw, where)
+    except InvalidRequest as exc:
+        raise ConfigError(str(exc)) from None
+    if field.integral and not number.is_integer():
+        raise ConfigError(f"{where}: {key} must be a whole number of {field.unit}, not {raw!r}.")
+    if number < field.minimum:
+        raise ConfigError(
+            f"{where}: {key} = {raw!r} is below the minimum of {field.minimum:g} {field.unit}."
+        )
+    return field.to_base(number)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The operator's defaults and ceilings. Defaults never exceed ceilings."""
+
+    defaults: Limits = BUILTIN_DEFAULTS
+    ceilings: Limits = BUILTIN_CEILINGS
+
+    def __post_init__(self) -> None:
+        for field in LIMIT_FIELDS:
+            default = getattr(self.defaults, field.attr)
+            ceiling = getattr(self.ceilings, field.attr)
+            if default > ceiling:
+                raise ConfigError(
+                    f"The default {field.what} ({field.describe(default)}) is above its "
+                    f"ceiling ({field.describe(ceiling)}). Lower defaults.{field.key} or "
+                    f"raise ceilings.{field.key} in the operator configuration."
+                )
+
+    def with_settings(
+        self,
+        defaults: Mapping[str, object],
+        ceilings: Mapping[str, object],
+        where: str,
+    ) -> Policy:
+        """A new policy with user-unit settings (from a file, env or flags) applied.
+
+        A lowered ceiling also lowers a default that was not set explicitly, so an
+        operator can write just `ceilings.memory_mib = 256`.
+        """
+        new_defaults = {
+            FIELDS_BY_KEY[k].attr: parse_user_value(k, v, where) for k, v in defaults.items()
+        }
+        new_ceilings = {
+            FIELDS_BY_KEY[k].attr: parse_user_value(k, v, where) for k, v in ceilings.items()
+        }
+        ceiling_limits = dataclasses.replace(self.ceilings, **new_ceilings)  # type: ignore[arg-type]
+        for attr, ceiling in new_ceilings.items():
+            if attr not in new_defaults:
+                new_defaults[attr] = min(getattr(self.defaults, attr), ceiling)
+        return Policy(
+            defaults=dataclasses.replace(self.defaults, **new_defaults),  # type: ignore[arg-type]
+            ceilings=ceiling_limits,
+        )
+
+    def resolve(self, request: LimitRequest) -> Limits:
+        """Effective limits for `request`: defaults filled in, ceilings enforced."""
+        values: dict[str, float | int] = {}
+        for field in LIMIT_FIELDS:
+            asked = getattr(request, field.attr)
+            if asked is None:
+                values[field.attr] = getattr(self.defaults, field.attr)
+                continue
+            number = _check_number(field, asked, "Request")
+            if field.integral and not number.is_integer():
+                raise InvalidRequest(
+                    f"Request: {field.attr} must be a whole number, not {asked!r}."
+                )
+            minimum_base = field.to_base(field.minimum)
+            if number < minimum_base:
+                raise InvalidRequest(
+                    f"Requested {field.describe(number)} of {field.what}; the minimum is "
+                    f"{field.describe(minimum_base)}."
+                )
+            ceiling = getattr(self.ceilings, field.attr)
+            if number > ceiling:
+                raise LimitExceeded(
+                    f"Requested {field.describe(number)} of {field.what}; the maximum is "
+                    f"{field.describe(ceiling)}. Ask for at most {field.describe(ceiling)}, "
+                    f"or have the operator raise ceilings.{field.key}."
+                )
+            values[field.attr] = int(number) if field.integral else number
+        return Limits(**values)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, dict[str, float | int]]:
+        return {"defaults": self.defaults.to_dict(), "ceilings": self.ceilings.to_dict()}

@@ -1,0 +1,328 @@
+"""The box's posture: every restriction, set in one place and read back.
+
+`requirements()` is the single list of what a box must be. The engine create
+body is built from it, and the container the engine actually made is compared
+against the same list before it may start. A field the engine dropped, changed
+or added (a mount, a capability, a network) is a mismatch, and a mismatch ends
+the run as a sandbox error: never a weaker box.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from pybox._core.limits import Limits
+
+BOX_UID = 1000
+BOX_GID = 1000
+BOX_USER = f"{BOX_UID}:{BOX_GID}"
+BOX_HOSTNAME = "pybox"
+PYBOX_ROOT = "/pybox"
+WORK_DIR = "/pybox/work"
+INPUT_DIR = "/pybox/input"
+OUTPUT_DIR = "/pybox/output"
+TMP_DIR = "/tmp"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+LABEL_MANAGED = "io.pybox.managed"
+LABEL_RUN_ID = "io.pybox.run-id"
+LABEL_OWNER = "io.pybox.owner"
+LABEL_EXPIRES_AT = "io.pybox.expires-at"
+LABEL_VERSION = "io.pybox.version"
+
+# Paths the engine masks or makes read-only by default; pybox insists on them.
+REQUIRED_MASKED_PATHS = (
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+)
+REQUIRED_READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+
+# Writable places: size-capped tmpfs only. No exec, no setuid, no device files.
+TMPFS_FLAGS = "rw,nosuid,nodev,noexec"
+
+
+class Check(Enum):
+    EQUAL = "equal"
+    EMPTY = "empty"  # absent, null, false, 0 or an empty list/map/string
+    INCLUDES = "includes"  # every expected list item / map entry is present
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One fact about the box: where it is set, where it is read back, why."""
+
+    inspect_path: tuple[str, ...]
+    expected: Any
+    why: str
+    check: Check = Check.EQUAL
+    create_path: tuple[str, ...] | None = None
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.inspect_path)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    field: str
+    expected: Any
+    actual: Any
+    why: str
+
+    def describe(self) -> str:
+        return (
+            f"{self.field}: expected {self.expected!r}, the engine has {self.actual!r} ({self.why})"
+        )
+
+
+@dataclass(frozen=True)
+class BoxSpec:
+    """Everything that decides what one box is."""
+
+    run_id: str
+    image_id: str
+    python_path: str
+    bootstrap_source: str
+    limits: Limits
+    owner: str
+    expires_at: int
+    pybox_version: str
+    runtime: str = "runc"
+    image_env: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return f"pybox-{self.run_id}"
+
+    def environment(self) -> list[str]:
+        env = {
+            "PATH": DEFAULT_PATH,
+            "HOME": WORK_DIR,
+            "LANG": "C.UTF-8",
+            "TMPDIR": TMP_DIR,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYBOX_INPUT_DIR": INPUT_DIR,
+            "PYBOX_OUTPUT_DIR": OUTPUT_DIR,
+            "PYBOX_WORK_DIR": WORK_DIR,
+        }
+        env.update(dict(self.image_env))
+        return [f"{key}={value}" for key, value in env.items()]
+
+    def entrypoint(self) -> list[str]:
+        return [self.python_path, "-I", "-S", "-c", self.bootstrap_source]
+
+    def labels(self) -> dict[str, str]:
+        return {
+            LABEL_MANAGED: "1",
+            LABEL_RUN_ID: self.run_id,
+            LABEL_OWNER: self.owner,
+            LABEL_EXPIRES_AT: str(self.expires_at),
+            LABEL_VERSION: self.pybox_version,
+        }
+
+    def tmpfs(self) -> dict[str, str]:
+        size = self.limits.writable_bytes
+        return {
+            PYBOX_ROOT: f"{TMPFS_FLAGS},size={size},uid={BOX_UID},gid={BOX_GID},mode=0755",
+            TMP_DIR: f"{TMPFS_FLAGS},size={size},mode=1777",
+        }
+
+
+def _config(name: str, expected: Any, why: str, check: Check = Check.EQUAL) -> Requirement:
+    return Requirement(("Config", name), expected, why, check, create_path=(name,))
+
+
+def _host(name: str, expected: Any, why: str, check: Check = Check.EQUAL) -> Requirement:
+    return Requirement(("HostConfig", name), expected, why, check, create_path=("HostConfig", name))
+
+
+def _host_absent(name: str, why: str) -> Requirement:
+    """Explicitly set empty on create, and must read back empty."""
+    return _host(name, [], why, Check.EMPTY)
+
+
+def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
+    """The whole posture of a box. The create body and the check derive from it."""
+    limits = spec.limits
+    return (
+        # What runs, as whom, where.
+        Requirement(("Image",), spec.image_id, "the recorded image, by ID", create_path=("Image",)),
+        _config("User", BOX_USER, "a non-root user"),
+        _config("Entrypoint", spec.entrypoint(), "pybox's bootstrap holds PID 1"),
+        _config("Cmd", [], "nothing from the image runs", Check.EMPTY),
+        _config("Env", spec.environment(), "only pybox's environment", Check.INCLUDES),
+        _config(
+            "WorkingDir", PYBOX_ROOT, "the tmpfs root (the engine would create a subfolder as root)"
+        ),
+        _config("Hostname", BOX_HOSTNAME, "not the host's name"),
+        _config("Domainname", "", "no domain", Check.EMPTY),
+        _config("Labels", spec.labels(), "leftovers can always be found", Check.INCLUDES),
+        _config("Healthcheck", {"Test": ["NONE"]}, "nothing else execs inside the box"),
+        _config("Tty", False, "plain pipes", Check.EMPTY),
+        _config("OpenStdin", True, "code and inputs arrive on stdin, not by mount"),
+        _config("StdinOnce", True, "stdin closes with pybox's connection"),
+        _config("AttachStdin", True, "code and inputs arrive on stdin"),
+        _config("AttachStdout", True, "output is relayed by the bootstrap"),
+        _config("AttachStderr", True, "bootstrap diagnostics"),
+        _config("ExposedPorts", {}, "no ports", Check.EMPTY),
+        _config("Volumes", {}, "no image volumes", Check.EMPTY),
+        # Network: none at all.
+        _config("NetworkDisabled", True, "no network"),
+        _host("NetworkMode", "none", "an empty network namespace"),
+        _host("PortBindings", {}, "no published ports", Check.EMPTY),
+        _host("PublishAllPorts", False, "no published ports", Check.EMPTY),
+        _host_absent("ExtraHosts", "no host entries"),
+        _host_absent("Dns", "no resolvers"),
+        _host_absent("Links", "no links to other containers"),
+        # Filesystem: read-only root, capped tmpfs only, nothing from the host.
+        _host("ReadonlyRootfs", True, "read-only root filesystem"),
+        _host("Tmpfs", spec.tmpfs(), "the only writable places, size-capped"),
+        _host("ShmSize", limits.writable_bytes, "/dev/shm is capped like the others"),
+        _host_absent("Binds", "no host path"),
+        _host_absent("Mounts", "no host path, no volume"),
+        _host_absent("VolumesFrom", "no volumes of other containers"),
+        Requirement(("Mounts",), [], "no host path, no volume, no engine socket", Check.EMPTY),
+        Requirement(("HostsPath",), "", "no host-written /etc/hosts", Check.EMPTY),
+        Requirement(("ResolvConfPath",), "", "no host resolver file", Check.EMPTY),
+        # Privilege.
+        _host("Privileged", False, "not privileged", Check.EMPTY),
+        _host("CapDrop", ["ALL"], "every capability dropped"),
+        _host_absent("CapAdd", "no capability added"),
+        _host("SecurityOpt", ["no-new-privileges"], "no-new-privileges; default seccomp"),
+        _host_absent("Devices", "no devices"),
+        _host_absent("DeviceRequests", "no devices"),
+        _host_absent("DeviceCgroupRules", "no device rules"),
+        _host_absent("GroupAdd", "no extra groups"),
+        _host("Sysctls", {}, "no sysctls", Check.EMPTY),
+        _host("UsernsMode", "", "the engine's user namespace setting", Check.EMPTY),
+        _host("PidMode", "", "a private process namespace", Check.EMPTY),
+        _host("IpcMode", "private", "private IPC"),
+        _host("UTSMode", "", "a private hostname", Check.EMPTY),
+        _host("CgroupnsMode", "private", "a private cgroup namespace"),
+        _host("CgroupParent", "", "the engine's cgroup", Check.EMPTY),
+        _host("Init", False, "pybox's bootstrap is init; no host binary mounted", Check.EMPTY),
+        _host("Runtime", spec.runtime, "the expected runtime"),
+        Requirement(
+            ("HostConfig", "MaskedPaths"),
+            list(REQUIRED_MASKED_PATHS),
+            "kernel files masked",
+            Check.INCLUDES,
+        ),
+        Requirement(
+            ("HostConfig", "ReadonlyPaths"),
+            list(REQUIRED_READONLY_PATHS),
+            "kernel settings read-only",
+            Check.INCLUDES,
+        ),
+        # Limits.
+        _host("Memory", limits.memory_bytes, "memory cap"),
+        _host("MemorySwap", limits.memory_bytes, "swap equal to memory: no swap escape"),
+        _host("OomKillDisable", False, "the kernel may end a box over its memory", Check.EMPTY),
+        _host("NanoCpus", round(limits.cpus * 1e9), "CPU cap"),
+        _host("PidsLimit", limits.pids, "processes cap"),
+        _host(
+            "Ulimits",
+            [
+                {"Name": "nofile", "Soft": limits.open_files, "Hard": limits.open_files},
+                {"Name": "core", "Soft": 0, "Hard": 0},
+            ],
+            "open files cap; no core dumps",
+        ),
+        _host("OomScoreAdj", 0, "no change to OOM priority", Check.EMPTY),
+        # Lifecycle and logs.
+        _host("LogConfig", {"Type": "none", "Config": {}}, "the engine keeps no logs"),
+        _host("AutoRemove", False, "pybox removes the box and confirms it", Check.EMPTY),
+        _host("RestartPolicy", {"Name": "no"}, "never restarted", Check.INCLUDES),
+    )
+
+
+def create_body(spec: BoxSpec) -> dict[str, Any]:
+    """The engine's create body, built from `requirements()` only."""
+    body: dict[str, Any] = {}
+    for requirement in requirements(spec):
+        if requirement.create_path is None:
+            continue
+        target = body
+        for key in requirement.create_path[:-1]:
+            target = target.setdefault(key, {})
+        target[requirement.create_path[-1]] = copy.deepcopy(requirement.expected)
+    return body
+
+
+_MISSING = object()
+
+
+def _lookup(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = document
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return _MISSING
+        value = value[key]
+    return value
+
+
+def _is_empty(value: Any) -> bool:
+    return value is _MISSING or value in (None, False, 0, "", [], {})
+
+
+def _includes(actual: Any, expected: Any) -> bool:
+    if isinstance(expected, Mapping):
+        return isinstance(actual, Mapping) and all(
+            key in actual and actual[key] == value for key, value in expected.items()
+        )
+    if isinstance(expected, list):
+        return isinstance(actual, list) and all(item in actual for item in expected)
+    return bool(actual == expected)
+
+
+def _satisfied(requirement: Requirement, actual: Any) -> bool:
+    if requirement.check is Check.EMPTY:
+        return _is_empty(actual)
+    if actual is _MISSING:
+        return False
+    if requirement.check is Check.INCLUDES:
+        return _includes(actual, requirement.expected)
+    return bool(actual == requirement.expected)
+
+
+@dataclass(frozen=True)
+class PostureReport:
+    """The outcome of reading a box back: how many facts, which differed."""
+
+    checked: tuple[str, ...]
+    mismatches: tuple[Mismatch, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+def verify(spec: BoxSpec, inspected: Mapping[str, Any]) -> PostureReport:
+    """Compare the engine's view of a created box with the posture it must have."""
+    checked: list[str] = []
+    mismatches: list[Mismatch] = []
+    for requirement in requirements(spec):
+        actual = _lookup(inspected, requirement.inspect_path)
+        checked.append(requirement.name)
+        if not _satisfied(requirement, actual):
+            mismatches.append(
+                Mismatch(
+                    requirement.name,
+                    requirement.expected,
+                    None if actual is _MISSING else actual,
+                    requirement.why,
+                )
+            )
+    return PostureReport(tuple(checked), tuple(mismatches))

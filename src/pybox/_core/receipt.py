@@ -1,0 +1,278 @@
+"""The receipt: what happened in a run and how pybox knows (pure values).
+
+Sections keep kinds of fact apart:
+- `configured`: what was asked for and the effective settings;
+- `observed_by_engine`: what the container engine reported;
+- `observed_by_kernel`: cgroup counters sampled from outside the box;
+- `observed_by_pybox`: pybox's own clock and actions (the deadline kill);
+- `reported_by_program`: what came from inside the box (untrusted);
+- `unknown`: each fact pybox could not establish, with the reason.
+
+The JSON shape is versioned (`receipt_version`) and documented in
+docs/receipt.md with a JSON Schema; a contract test pins the key set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from typing import Any
+
+from pybox._core.limits import FIELDS_BY_ATTR, MIB
+
+RECEIPT_VERSION = 1
+
+
+class Status(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    OUT_OF_MEMORY = "out_of_memory"
+    STOPPED = "stopped"
+    SANDBOX_ERROR = "sandbox_error"
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why the run ended. `known` is False when the evidence does not say."""
+
+    summary: str
+    known: bool
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    name: str
+    size_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    name: str
+    id: str
+    recipe_hash: str | None
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    endpoint: str
+    api_version: str
+    server_version: str
+
+
+@dataclass(frozen=True)
+class Configured:
+    pybox_version: str
+    engine: EngineFacts
+    runtime: str
+    image: ImageFacts
+    limits: dict[str, float | int]
+    network: str
+    user: str
+    writable_paths: tuple[str, ...]
+    input_dir: str
+    output_dir: str
+    code: FileDigest
+    inputs: tuple[FileDigest, ...]
+    collect_outputs: bool
+
+
+@dataclass(frozen=True)
+class PostureMismatchFact:
+    field: str
+    expected: Any
+    actual: Any
+
+
+@dataclass(frozen=True)
+class EngineObserved:
+    container_id: str | None
+    container_name: str | None
+    posture_verified: bool
+    posture_fields_checked: int
+    posture_mismatches: tuple[PostureMismatchFact, ...]
+    state: str | None
+    exit_code: int | None
+    oom_killed: bool | None
+    created_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    removal_confirmed: bool
+
+
+@dataclass(frozen=True)
+class KernelObserved:
+    cgroup_version: int | None
+    samples: int
+    sample_interval_s: float
+    memory_limit_bytes: int | None
+    memory_peak_bytes: int | None
+    memory_peak_source: str | None
+    memory_limit_hits: int | None
+    oom_kill_count: int | None
+    pids_limit: int | None
+    pids_peak: int | None
+    pids_peak_source: str | None
+    pids_limit_hits: int | None
+    cpu_quota_cpus: float | None
+    cpu_usage_s: float | None
+    cpu_periods: int | None
+    cpu_throttled_periods: int | None
+    cpu_throttled_s: float | None
+
+
+@dataclass(frozen=True)
+class PyboxObserved:
+    started_at: str
+    create_s: float | None
+    verify_s: float | None
+    start_s: float | None
+    code_sent_s: float | None
+    program_ended_s: float | None
+    removed_s: float | None
+    run_duration_s: float | None
+    deadline_kill: bool
+    cancelled: bool
+    leftovers_swept: int
+
+
+@dataclass(frozen=True)
+class StreamReport:
+    bytes_total: int
+    bytes_kept: int
+    truncated: bool
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProgramReported:
+    exit_code: int | None
+    backstop_fired: bool | None
+    stdout: StreamReport
+    stderr: StreamReport
+    output_files: tuple[FileDigest, ...]
+    output_files_skipped: tuple[SkippedFile, ...]
+
+
+@dataclass(frozen=True)
+class Unknown:
+    fact: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Receipt:
+    run_id: str
+    status: Status
+    exit_code: int | None
+    cause: Cause
+    configured: Configured
+    observed_by_engine: EngineObserved
+    observed_by_kernel: KernelObserved
+    observed_by_pybox: PyboxObserved
+    reported_by_program: ProgramReported
+    unknown: tuple[Unknown, ...] = field(default=())
+    receipt_version: int = RECEIPT_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        ordered = {"receipt_version": self.receipt_version}
+        ordered.update({k: v for k, v in data.items() if k != "receipt_version"})
+        result: dict[str, Any] = _jsonable(ordered)
+        return result
+
+    def summary_lines(self) -> list[str]:
+        """A short human summary of the same record (for stderr)."""
+        return summarize(self)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, Enum):
+        return value.value
+    return value
+
+
+def format_bytes(size: int | None) -> str:
+    if size is None:
+        return "unknown"
+    if size < 1024:
+        return f"{size} B"
+    if size < MIB:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size / MIB:.1f} MiB"
+
+
+def _seconds(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.2f} s"
+
+
+def summarize(receipt: Receipt) -> list[str]:
+    limits = receipt.configured.limits
+    engine = receipt.observed_by_engine
+    kernel = receipt.observed_by_kernel
+    program = receipt.reported_by_program
+    pybox = receipt.observed_by_pybox
+    exit_text = "" if receipt.exit_code is None else f", exit {receipt.exit_code}"
+    lines = [
+        f"pybox: {receipt.status.value}{exit_text} in {_seconds(pybox.run_duration_s)} "
+        f"(run {receipt.run_id})",
+        f"  cause:  {receipt.cause.summary}",
+    ]
+    image = receipt.configured.image
+    posture = (
+        f"posture verified ({engine.posture_fields_checked} fields)"
+        if engine.posture_verified
+        else f"posture NOT verified ({len(engine.posture_mismatches)} mismatches)"
+    )
+    removal = "removed (confirmed)" if engine.removal_confirmed else "removal NOT confirmed"
+    lines.append(f"  box:    image {image.name} {image.id[:19]}; {posture}; {removal}")
+    limit_text = "; ".join(
+        f"{FIELDS_BY_ATTR[name].describe(limits[name])}{label}"
+        for name, label in (
+            ("memory_bytes", " memory"),
+            ("cpus", ""),
+            ("pids", ""),
+            ("timeout_s", " timeout"),
+        )
+    )
+    lines.append(f"  limits: {limit_text}; no swap; network {receipt.configured.network}")
+    if kernel.samples:
+        cpu = "unknown" if kernel.cpu_usage_s is None else f"{kernel.cpu_usage_s:.2f} s"
+        lines.append(
+            f"  kernel: memory peak {format_bytes(kernel.memory_peak_bytes)}; processes peak "
+            f"{kernel.pids_peak if kernel.pids_peak is not None else 'unknown'}; CPU {cpu}; "
+            f"throttled {kernel.cpu_throttled_periods} periods; OOM kills "
+            f"{kernel.oom_kill_count}; {kernel.samples} samples"
+        )
+    else:
+        lines.append("  kernel: no samples (see unknown)")
+    files = (
+        f"; {len(program.output_files)} files returned"
+        if receipt.configured.collect_outputs
+        else ""
+    )
+    lines.append(
+        f"  output: stdout {format_bytes(program.stdout.bytes_total)}"
+        f"{' (truncated)' if program.stdout.truncated else ''}; stderr "
+        f"{format_bytes(program.stderr.bytes_total)}"
+        f"{' (truncated)' if program.stderr.truncated else ''}{files}"
+    )
+    for item in program.output_files_skipped:
+        lines.append(f"  skipped output file {item.path}: {item.reason}")
+    for unknown in receipt.unknown:
+        lines.append(f"  unknown: {unknown.fact}: {unknown.reason}")
+    return lines

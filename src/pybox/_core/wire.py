@@ -1,0 +1,114 @@
+"""The byte protocol between pybox and the in-box bootstrap (pure, no I/O).
+
+The constants mirror `pybox/_inbox/bootstrap.py` (which cannot import pybox);
+a unit test keeps both sides equal. Everything decoded here came from inside
+the box and is untrusted: sizes are bounded and malformed input raises
+`ProtocolError` instead of growing a buffer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pybox._core.errors import SandboxError
+
+VERSION = 1
+MAGIC = b"PBX1"
+ACK = b"A"
+CHUNK = 65536
+K_READY, K_STARTED, K_STDOUT, K_STDERR = b"R", b"S", b"1", b"2"
+K_FILE, K_DATA, K_EXIT, K_ERROR = b"F", b"D", b"X", b"E"
+KINDS = frozenset({K_READY, K_STARTED, K_STDOUT, K_STDERR, K_FILE, K_DATA, K_EXIT, K_ERROR})
+BACKSTOP_EXIT = 124
+# JSON frames are small; data frames are at most one pipe read.
+MAX_FRAME_BYTES = CHUNK
+MAX_JSON_FRAME_BYTES = 1 << 20
+
+
+class ProtocolError(SandboxError):
+    """The box sent bytes that do not follow the bootstrap protocol."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    kind: bytes
+    data: bytes
+
+    def json(self) -> dict[str, Any]:
+        try:
+            value = json.loads(self.data)
+        except ValueError:
+            raise ProtocolError(f"The box sent a {self.kind!r} frame that is not JSON.") from None
+        if not isinstance(value, dict):
+            raise ProtocolError(f"The box sent a {self.kind!r} frame that is not a JSON object.")
+        return value
+
+
+class FrameDecoder:
+    """Turns the box's stdout byte stream into frames, with bounded memory."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[Frame]:
+        self._buffer += data
+        while len(self._buffer) >= 5:
+            kind = bytes(self._buffer[:1])
+            size = int.from_bytes(self._buffer[1:5], "big")
+            if kind not in KINDS:
+                raise ProtocolError(f"The box sent an unknown frame kind {kind!r}.")
+            limit = (
+                MAX_FRAME_BYTES if kind in (K_STDOUT, K_STDERR, K_DATA) else MAX_JSON_FRAME_BYTES
+            )
+            if size > limit:
+                raise ProtocolError(
+                    f"The box sent a {kind!r} frame of {size} bytes; the most allowed is {limit}."
+                )
+            if len(self._buffer) < 5 + size:
+                return
+            payload = bytes(self._buffer[5 : 5 + size])
+            del self._buffer[: 5 + size]
+            yield Frame(kind, payload)
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buffer)
+
+
+@dataclass(frozen=True)
+class PayloadFile:
+    name: str
+    data: bytes
+
+
+def encode_payload(
+    *,
+    argv: list[str],
+    code_name: str,
+    code: bytes,
+    inputs: tuple[PayloadFile, ...],
+    backstop_s: float,
+    collect_outputs: bool,
+    max_files: int,
+    max_file_bytes: int,
+) -> Iterator[bytes]:
+    """The stdin payload for the bootstrap, as a sequence of byte chunks."""
+    header = {
+        "version": VERSION,
+        "argv": argv,
+        "code_name": code_name,
+        "code_size": len(code),
+        "inputs": [{"name": item.name, "size": len(item.data)} for item in inputs],
+        "backstop_s": backstop_s,
+        "collect_outputs": collect_outputs,
+        "max_files": max_files,
+        "max_file_bytes": max_file_bytes,
+    }
+    encoded = json.dumps(header).encode()
+    yield MAGIC + len(encoded).to_bytes(4, "big") + encoded
+    yield code
+    for item in inputs:
+        yield item.data

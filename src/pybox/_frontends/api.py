@@ -1,0 +1,196 @@
+"""The Python API: `run_container()` and a reusable `Client`."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pybox._core.errors import InvalidRequest
+from pybox._core.limits import LimitRequest
+from pybox._core.receipt import Receipt
+from pybox._core.request import InputFile, RunRequest
+from pybox._orchestration.lifecycle import RunOutcome
+from pybox._orchestration.outputs import discard, prepare_destination, publish
+from pybox._orchestration.session import Session
+
+InputLike = InputFile | tuple[str, bytes]
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """A file the program left in its output folder."""
+
+    path: str
+    data: bytes
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run produced. A failing program is a result, not an exception."""
+
+    status: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+    receipt: Receipt
+    output_files: tuple[OutputFile, ...] = ()
+    output_dir: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+
+def _inputs(inputs: Iterable[InputLike]) -> tuple[InputFile, ...]:
+    converted: list[InputFile] = []
+    for item in inputs:
+        if isinstance(item, InputFile):
+            converted.append(item)
+        elif isinstance(item, tuple) and len(item) == 2:
+            name, data = item
+            if isinstance(data, str):
+                data = data.encode("utf-8")
+            converted.append(InputFile(name, data))
+        else:
+            raise InvalidRequest(
+                f"Each input must be a (name, bytes) pair or an InputFile, not {item!r}."
+            )
+    return tuple(converted)
+
+
+def _result(
+    outcome: RunOutcome, files: tuple[OutputFile, ...], output_dir: Path | None
+) -> RunResult:
+    receipt = outcome.receipt
+    return RunResult(
+        status=receipt.status.value,
+        exit_code=receipt.exit_code,
+        stdout=outcome.stdout.decode("utf-8", "replace"),
+        stderr=outcome.stderr.decode("utf-8", "replace"),
+        stdout_bytes=outcome.stdout,
+        stderr_bytes=outcome.stderr,
+        receipt=receipt,
+        output_files=files,
+        output_dir=output_dir,
+    )
+
+
+class Client:
+    """A long-lived handle on the engine; reuse it to run many boxes."""
+
+    def __init__(
+        self, *, environ: Mapping[str, str] | None = None, config_path: str | None = None
+    ) -> None:
+        self._session = Session.open(os.environ if environ is None else environ, config_path)
+
+    def run(
+        self,
+        code: str | bytes,
+        *,
+        timeout_s: float | None = None,
+        memory_bytes: int | None = None,
+        cpus: float | None = None,
+        pids: int | None = None,
+        open_files: int | None = None,
+        writable_bytes: int | None = None,
+        output_bytes: int | None = None,
+        inputs: Iterable[InputLike] = (),
+        collect_outputs: bool = False,
+        output_dir: str | os.PathLike[str] | None = None,
+        image: str = "stdlib",
+        code_name: str = "main.py",
+        cancel: threading.Event | None = None,
+    ) -> RunResult:
+        """Run `code` in a fresh sealed box and return its output and receipt.
+
+        Limits left as None take the operator's defaults; asking above a ceiling
+        raises `LimitExceeded` before anything is created. With `collect_outputs`
+        the files the program writes to `$PYBOX_OUTPUT_DIR` come back in
+        `output_files`; with `output_dir` they are also written there, all at
+        once (the directory must be new or empty).
+        """
+        if isinstance(code, str):
+            code = code.encode("utf-8")
+        request = RunRequest(
+            code=code,
+            code_name=code_name,
+            inputs=_inputs(inputs),
+            limits=LimitRequest(
+                timeout_s=timeout_s,
+                memory_bytes=memory_bytes,
+                cpus=cpus,
+                pids=pids,
+                open_files=open_files,
+                writable_bytes=writable_bytes,
+                output_bytes=output_bytes,
+            ),
+            image=image,
+            collect_outputs=collect_outputs or output_dir is not None,
+        )
+        session = self._session
+        session.resolve(request)  # refuse before touching the file system
+        destination = Path(output_dir) if output_dir is not None else None
+        if destination is not None:
+            staging = prepare_destination(destination)
+        elif request.collect_outputs:
+            staging = Path(tempfile.mkdtemp(prefix="pybox-outputs-"))
+        else:
+            staging = None
+        try:
+            outcome = session.run(request, files_dir=staging, cancel=cancel)
+            files: tuple[OutputFile, ...] = ()
+            if staging is not None:
+                files = tuple(
+                    OutputFile(f.path, (staging / f.path).read_bytes(), f.sha256)
+                    for f in outcome.output_files
+                )
+        except BaseException:
+            if staging is not None:
+                discard(staging)
+            raise
+        if destination is not None and staging is not None:
+            publish(staging, destination)
+        elif staging is not None:
+            discard(staging)
+        return _result(outcome, files, destination)
+
+
+def run_container(
+    code: str | bytes,
+    *,
+    timeout_s: float | None = None,
+    memory_bytes: int | None = None,
+    cpus: float | None = None,
+    pids: int | None = None,
+    open_files: int | None = None,
+    writable_bytes: int | None = None,
+    output_bytes: int | None = None,
+    inputs: Iterable[InputLike] = (),
+    collect_outputs: bool = False,
+    output_dir: str | os.PathLike[str] | None = None,
+    image: str = "stdlib",
+    code_name: str = "main.py",
+) -> RunResult:
+    """Run `code` once in a fresh sealed box. See `Client.run` for the arguments."""
+    return Client().run(
+        code,
+        timeout_s=timeout_s,
+        memory_bytes=memory_bytes,
+        cpus=cpus,
+        pids=pids,
+        open_files=open_files,
+        writable_bytes=writable_bytes,
+        output_bytes=output_bytes,
+        inputs=inputs,
+        collect_outputs=collect_outputs,
+        output_dir=output_dir,
+        image=image,
+        code_name=code_name,
+    )

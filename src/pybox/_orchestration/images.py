@@ -1,0 +1,156 @@
+"""Building the stdlib image and checking recorded images against the engine."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pybox._adapters.engine import Engine
+from pybox._adapters.host import apt_sources, base_mirror, os_codename
+from pybox._adapters.rootfs import (
+    Progress,
+    installed_packages,
+    prepare_rootfs,
+    require_tools,
+    run_debootstrap,
+    tar_stream,
+)
+from pybox._adapters.state import StateStore
+from pybox._core.errors import ConfigError, ImageBuildError
+from pybox._core.images import IMAGE_REPO_PREFIX, ImageRecord, Recipe
+from pybox._core.posture import BOX_USER, DEFAULT_PATH, WORK_DIR
+
+BUILDER_VERSION = 1
+STDLIB_PACKAGES = ("python3",)
+STDLIB_PYTHON = "/usr/bin/python3"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    recipe: Recipe
+    keyring: str | None
+    mirror_found_in: str
+    reference: str
+    up_to_date: bool
+    recorded: ImageRecord | None
+
+
+def plan_stdlib(
+    engine: Engine, state: StateStore, *, mirror: str | None = None, suite: str | None = None
+) -> BuildPlan:
+    """What building the stdlib image would do, without doing it."""
+    chosen_suite = suite or os_codename()
+    if not chosen_suite:
+        raise ConfigError(
+            "Cannot tell this machine's Debian suite; pass --suite NAME (for example bookworm)."
+        )
+    keyring: str | None = None
+    if mirror:
+        chosen_mirror, found_in = mirror.rstrip("/"), "--mirror"
+    else:
+        source = base_mirror(apt_sources(), chosen_suite)
+        chosen_mirror, found_in, keyring = source.uri, source.origin, source.keyring
+    recipe = Recipe(
+        name="stdlib",
+        base="debootstrap:minbase",
+        suite=chosen_suite,
+        mirror=chosen_mirror,
+        packages=STDLIB_PACKAGES,
+        builder_version=BUILDER_VERSION,
+    )
+    recorded = state.image("stdlib")
+    up_to_date = (
+        recorded is not None
+        and recorded.recipe_hash == recipe.hash
+        and (found := engine.inspect_image(recorded.image_id)) is not None
+        and found.get("Id") == recorded.image_id
+    )
+    reference = f"{IMAGE_REPO_PREFIX}stdlib:{recipe.hash.split(':')[1][:12]}"
+    return BuildPlan(recipe, keyring, found_in, reference, bool(up_to_date), recorded)
+
+
+def build_stdlib(
+    engine: Engine, state: StateStore, plan: BuildPlan, progress: Progress, *, force: bool = False
+) -> ImageRecord:
+    """Bootstrap, strip, import and record the stdlib image."""
+    if plan.up_to_date and not force and plan.recorded is not None:
+        progress(f"stdlib is up to date ({plan.recorded.image_id[:19]}); nothing to build")
+        return plan.recorded
+    require_tools()
+    recipe = plan.recipe
+    workdir = Path(tempfile.mkdtemp(prefix="pybox-build-"))
+    try:
+        root = workdir / "rootfs"
+        progress(
+            f"bootstrapping Debian {recipe.suite} from {recipe.mirror} "
+            f"(found in {plan.mirror_found_in})"
+        )
+        run_debootstrap(
+            root,
+            suite=recipe.suite,
+            mirror=recipe.mirror,
+            packages=recipe.packages,
+            keyring=plan.keyring,
+            progress=progress,
+        )
+        prepare_rootfs(root, progress)
+        if not (root / STDLIB_PYTHON.lstrip("/")).exists():
+            raise ImageBuildError(
+                f"The bootstrapped tree has no {STDLIB_PYTHON}; "
+                "the python3 package did not install."
+            )
+        packages = installed_packages(root)
+        repo, tag = plan.reference.split(":", 1)
+        progress(f"importing into the engine as {plan.reference}")
+        image_id = engine.import_image(
+            tar_stream(root),
+            repo=repo,
+            tag=tag,
+            changes=[
+                f"USER {BOX_USER}",
+                f"WORKDIR {WORK_DIR}",
+                f"ENV PATH={DEFAULT_PATH}",
+                "ENV LANG=C.UTF-8",
+                'CMD ["python3"]',
+                "LABEL io.pybox.image=stdlib",
+                f"LABEL io.pybox.recipe={recipe.hash}",
+            ],
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    record = ImageRecord(
+        name="stdlib",
+        image_id=image_id,
+        recipe_hash=recipe.hash,
+        python_path=STDLIB_PYTHON,
+        built_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        packages=packages,
+        recipe=recipe.to_dict(),
+    )
+    state.record_image(record)
+    progress(f"recorded stdlib as {image_id} in {state.images_file}")
+    return record
+
+
+@dataclass(frozen=True)
+class ImageStatus:
+    record: ImageRecord
+    present: bool
+    problem: str | None
+
+
+def check_images(engine: Engine, state: StateStore) -> list[ImageStatus]:
+    """Every recorded image, and whether the engine still has exactly it."""
+    statuses: list[ImageStatus] = []
+    for record in state.images().values():
+        found = engine.inspect_image(record.image_id)
+        if found is None:
+            statuses.append(ImageStatus(record, False, "missing from the engine; rebuild it"))
+        elif found.get("Id") != record.image_id:
+            statuses.append(ImageStatus(record, True, f"the engine has {found.get('Id')}"))
+        else:
+            statuses.append(ImageStatus(record, True, None))
+    return statuses

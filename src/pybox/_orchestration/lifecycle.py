@@ -1,0 +1,552 @@
+"""One run, start to finish: a fresh sealed box, used once, removed, confirmed gone.
+
+create -> posture read back and verified -> attach, start -> code and inputs
+in on stdin -> watch (kernel samples, output relayed, deadline) -> collect
+output and files -> final sample -> final inspect -> remove -> confirm gone.
+
+Every exit path (an exception, Ctrl-C, an engine error halfway) goes through
+the same removal. An attempt record is written before create so a crashed
+run's box is swept by the next one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pybox._adapters.cgroups import CgroupSampler, empty_observation
+from pybox._adapters.engine import AttachStream, Engine, JSONObject
+from pybox._adapters.state import StateStore
+from pybox._core import wire
+from pybox._core.capture import HeadTailCapture
+from pybox._core.errors import (
+    EngineAPIError,
+    EngineError,
+    ImageError,
+    PostureMismatch,
+    SandboxError,
+)
+from pybox._core.images import ImageRecord
+from pybox._core.limits import Limits
+from pybox._core.posture import (
+    BOX_USER,
+    INPUT_DIR,
+    OUTPUT_DIR,
+    PYBOX_ROOT,
+    TMP_DIR,
+    BoxSpec,
+    PostureReport,
+    create_body,
+    verify,
+)
+from pybox._core.receipt import (
+    Configured,
+    EngineFacts,
+    EngineObserved,
+    FileDigest,
+    ImageFacts,
+    KernelObserved,
+    PostureMismatchFact,
+    ProgramReported,
+    PyboxObserved,
+    Receipt,
+    SkippedFile,
+    Unknown,
+)
+from pybox._core.request import RunRequest
+from pybox._core.status import Evidence, classify
+from pybox._orchestration.cleanup import remove_and_confirm
+from pybox._orchestration.outputs import FilesReceiver, ReturnedFile
+
+BACKSTOP_GRACE_S = 2.0
+EXPIRY_MARGIN_S = 120.0
+SAMPLE_INTERVAL_S = 0.01
+DRAIN_AFTER_KILL_S = 5.0
+DRAIN_AFTER_EXIT_S = 15.0
+BOOTSTRAP_DIAGNOSTICS_BYTES = 16384
+CANCEL_POLL_S = 0.1
+
+SamplerFactory = Callable[[str], CgroupSampler | None]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    receipt: Receipt
+    stdout: bytes
+    stderr: bytes
+    output_files: tuple[ReturnedFile, ...]
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during a run: the box was cleaned up; the receipt is kept."""
+
+    def __init__(self, outcome: RunOutcome) -> None:
+        super().__init__("the run was interrupted")
+        self.outcome = outcome
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(8)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _iso_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class BoxContext:
+    """What a run needs from its session: engine, state, identity, bootstrap."""
+
+    engine: Engine
+    state: StateStore
+    owner: str
+    pybox_version: str
+    bootstrap_source: str
+    sampler_factory: SamplerFactory
+    runtime: str = "runc"
+
+
+class BoxRun:
+    """The mutable state of one run. Use `execute()` once."""
+
+    def __init__(
+        self,
+        context: BoxContext,
+        request: RunRequest,
+        limits: Limits,
+        image: ImageRecord,
+        files_dir: Path | None,
+        cancel: threading.Event | None,
+        leftovers_swept: int,
+    ) -> None:
+        self.context = context
+        self.engine = context.engine
+        self.request = request
+        self.limits = limits
+        self.image = image
+        self.files_dir = files_dir
+        self.cancel = cancel
+        self.run_id = new_run_id()
+        now = time.time()
+        self.spec = BoxSpec(
+            run_id=self.run_id,
+            image_id=image.image_id,
+            python_path=image.python_path,
+            bootstrap_source=context.bootstrap_source,
+            limits=limits,
+            owner=context.owner,
+            expires_at=int(now + limits.timeout_s + EXPIRY_MARGIN_S),
+            pybox_version=context.pybox_version,
+            runtime=context.runtime,
+            image_env=image.env,
+        )
+        self.started_at = _iso_now()
+        self.t0 = time.monotonic()
+        self.marks: dict[str, float] = {}
+        self.container_id: str | None = None
+        self.create_sent = False
+        self.posture: PostureReport | None = None
+        self.sandbox_error: str | None = None
+        self.deadline_kill = False
+        self.cancelled = False
+        self.exit_info: dict[str, Any] | None = None
+        self.bootstrap_error: str | None = None
+        self.final_inspect: JSONObject | None = None
+        self.removal_confirmed = False
+        self.removal_error: str | None = None
+        self.stdout = HeadTailCapture(limits.output_bytes)
+        self.stderr = HeadTailCapture(limits.output_bytes)
+        self.diagnostics = bytearray()
+        self.sampler: CgroupSampler | None = None
+        self.kernel: KernelObserved = empty_observation(SAMPLE_INTERVAL_S)
+        self.unknown: list[Unknown] = []
+        self.files = (
+            FilesReceiver(files_dir, limits.output_files, limits.output_files_bytes)
+            if files_dir is not None and request.collect_outputs
+            else None
+        )
+        self.leftovers_swept = leftovers_swept
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _mark(self, name: str) -> None:
+        self.marks[name] = time.monotonic()
+
+    def _since_start(self, name: str) -> float | None:
+        return round(self.marks[name] - self.t0, 4) if name in self.marks else None
+
+    # -- the lifecycle ------------------------------------------------------------
+
+    def execute(self) -> RunOutcome:
+        self.context.state.record_attempt(
+            self.run_id,
+            {
+                "run_id": self.run_id,
+                "owner": self.context.owner,
+                "container_name": self.spec.name,
+                "created_at": self.started_at,
+                "expires_at": self.spec.expires_at,
+            },
+        )
+        interrupted = False
+        try:
+            try:
+                self._create_and_verify()
+                self._run_box()
+            except KeyboardInterrupt:
+                interrupted = self.cancelled = True
+            except SandboxError as exc:
+                self.sandbox_error = str(exc)
+            except EngineError as exc:
+                if self.container_id is None:
+                    raise
+                self.sandbox_error = f"The engine failed during the run: {exc}"
+        finally:
+            # Every path, including Ctrl-C and engine errors, ends here.
+            self._close_sampler()
+            self._remove()
+            if self.removal_confirmed:
+                self.context.state.finish_attempt(self.run_id)
+        if interrupted:
+            raise RunInterrupted(self._outcome())
+        return self._outcome()
+
+    def _create_and_verify(self) -> None:
+        self.create_sent = True
+        try:
+            self.container_id = self.engine.create_container(self.spec.name, create_body(self.spec))
+        except EngineAPIError as exc:
+            if exc.status == 404 and "image" in exc.engine_message.lower():
+                raise ImageError(
+                    f"The recorded image {self.image.name} ({self.image.image_id}) is no longer in "
+                    "the engine. Rebuild it with `pybox image build "
+                    f"{self.image.name}`."
+                ) from exc
+            raise
+        self._mark("created")
+        inspected = self.engine.inspect_container(self.container_id)
+        if inspected is None:
+            raise SandboxError("The box vanished between create and inspect.")
+        self.posture = verify(self.spec, inspected)
+        self._mark("verified")
+        if not self.posture.ok:
+            fields = tuple(m.field for m in self.posture.mismatches)
+            details = "; ".join(m.describe() for m in self.posture.mismatches[:5])
+            raise PostureMismatch(
+                f"The box was refused before start: {len(fields)} setting(s) differ from what "
+                f"pybox asked for: {details}",
+                fields=fields,
+            )
+
+    def _run_box(self) -> None:
+        assert self.container_id is not None
+        stream = self.engine.attach(self.container_id)
+        try:
+            self.engine.start_container(self.container_id)
+            self._mark("started")
+            self.sampler = self.context.sampler_factory(self.container_id)
+            if self.sampler is not None:
+                self.sampler.sample()
+            self._send_payload(stream)
+            self._watch(stream)
+        finally:
+            stream.close()
+        if self.exit_info is None and not (self.deadline_kill or self.cancelled):
+            reason = self.bootstrap_error or self._diagnostics_text() or "no exit report"
+            # The box ended without reporting: let the engine's evidence speak (OOM, exit code).
+            self.unknown.append(
+                Unknown("the program's own exit report", f"the box ended without one ({reason})")
+            )
+            if self.bootstrap_error is not None:
+                raise SandboxError(f"The in-box bootstrap failed: {self.bootstrap_error}")
+
+    def _send_payload(self, stream: AttachStream) -> None:
+        payload = wire.encode_payload(
+            argv=[self.image.python_path, self.request.code_name],
+            code_name=self.request.code_name,
+            code=self.request.code,
+            inputs=tuple(wire.PayloadFile(i.name, i.data) for i in self.request.inputs),
+            backstop_s=self.limits.timeout_s + BACKSTOP_GRACE_S,
+            collect_outputs=self.files is not None,
+            max_files=self.limits.output_files,
+            max_file_bytes=self.limits.output_files_bytes,
+        )
+        for chunk in payload:
+            stream.send(chunk)
+        self._mark("code_sent")
+
+    def _watch(self, stream: AttachStream) -> None:
+        assert self.container_id is not None
+        decoder = wire.FrameDecoder()
+        deadline = self.marks["code_sent"] + self.limits.timeout_s
+        drain_until: float | None = None
+        next_sample = time.monotonic() + SAMPLE_INTERVAL_S
+        while True:
+            now = time.monotonic()
+            if drain_until is None:
+                if self.exit_info is None and now >= deadline:
+                    self._kill(deadline_kill=True)
+                    drain_until = now + DRAIN_AFTER_KILL_S
+                elif self.cancel is not None and self.cancel.is_set() and self.exit_info is None:
+                    self._kill(deadline_kill=False)
+                    drain_until = now + DRAIN_AFTER_KILL_S
+            elif now >= drain_until:
+                self.engine.kill_container(self.container_id)
+                break
+            if self.sampler is not None and now >= next_sample and self.exit_info is None:
+                self.sampler.sample()
+                next_sample = now + SAMPLE_INTERVAL_S
+            wait = (drain_until if drain_until is not None else deadline) - now
+            if self.sampler is not None and self.exit_info is None:
+                wait = min(wait, next_sample - now)
+            if self.cancel is not None:
+                wait = min(wait, CANCEL_POLL_S)
+            chunk = stream.read(max(wait, 0.0))
+            if chunk is None:
+                continue
+            source, data = chunk
+            if source == 0:
+                break
+            if source == 2:
+                room = BOOTSTRAP_DIAGNOSTICS_BYTES - len(self.diagnostics)
+                self.diagnostics += data[: max(room, 0)]
+                continue
+            for frame in decoder.feed(data):
+                if self._handle(frame, stream) and drain_until is None:
+                    drain_until = time.monotonic() + DRAIN_AFTER_EXIT_S
+        if decoder.pending_bytes and self.exit_info is None and not self.deadline_kill:
+            self.unknown.append(
+                Unknown(
+                    "the end of the box's output", "the stream stopped in the middle of a frame"
+                )
+            )
+
+    def _handle(self, frame: wire.Frame, stream: AttachStream) -> bool:
+        """Act on one frame; True once the program's exit report arrived."""
+        kind = frame.kind
+        if kind == wire.K_STDOUT:
+            self.stdout.feed(frame.data)
+        elif kind == wire.K_STDERR:
+            self.stderr.feed(frame.data)
+        elif kind == wire.K_DATA:
+            if self.files is None:
+                raise wire.ProtocolError("The box sent file data that was not asked for.")
+            self.files.data(frame.data)
+        elif kind == wire.K_FILE:
+            if self.files is None:
+                raise wire.ProtocolError("The box sent a file that was not asked for.")
+            self.files.begin(frame.json())
+        elif kind == wire.K_STARTED:
+            self._mark("program_started")
+        elif kind == wire.K_READY:
+            self._mark("bootstrap_ready")
+        elif kind == wire.K_ERROR:
+            message = frame.json().get("message")
+            self.bootstrap_error = str(message)[:2000]
+        elif kind == wire.K_EXIT and self.exit_info is None:
+            self.exit_info = frame.json()
+            self._mark("program_ended")
+            # The box waits for this acknowledgement: its cgroup is still there.
+            if self.sampler is not None:
+                self.sampler.sample()
+            stream.send(wire.ACK)
+            return True
+        return False
+
+    def _kill(self, *, deadline_kill: bool) -> None:
+        assert self.container_id is not None
+        if self.sampler is not None:
+            self.sampler.sample()
+        self.engine.kill_container(self.container_id)
+        self._mark("killed")
+        if deadline_kill:
+            self.deadline_kill = True
+        else:
+            self.cancelled = True
+
+    def _diagnostics_text(self) -> str:
+        return self.diagnostics.decode("utf-8", "replace").strip()[-2000:]
+
+    def _close_sampler(self) -> None:
+        if self.sampler is not None:
+            self.kernel, unknown = self.sampler.observation()
+            self.unknown.extend(unknown)
+            self.sampler.close()
+        elif "started" in self.marks:
+            self.unknown.append(
+                Unknown(
+                    "kernel counters",
+                    "the box's cgroup was not found (engine cgroup layout not recognised)",
+                )
+            )
+        if self.files is not None and not self.files.close():
+            self.unknown.append(Unknown("returned files", "the last file arrived incomplete"))
+
+    def _remove(self) -> None:
+        """Final inspect, remove, confirm gone. Runs on every exit path; never raises
+        an engine error (it is recorded), so it cannot hide the error that led here."""
+        engine = self.engine
+        try:
+            container_id = self.container_id
+            if container_id is None and self.create_sent:
+                # The create call may have succeeded without pybox learning the ID.
+                found = engine.inspect_container(self.spec.name)
+                container_id = None if found is None else str(found.get("Id"))
+            if container_id is None:
+                self.removal_confirmed = True
+                return
+            try:
+                if self.exit_info is not None:
+                    engine.wait_container(container_id, timeout_s=5.0)
+                if "started" in self.marks:
+                    self.final_inspect = engine.inspect_container(container_id)
+            except EngineError as exc:
+                self.unknown.append(Unknown("the engine's final view of the box", str(exc)))
+            self.removal_confirmed = remove_and_confirm(engine, container_id)
+            if not self.removal_confirmed:
+                self.removal_error = "the engine still lists the box after removal"
+        except EngineError as exc:
+            self.removal_error = str(exc)
+        self._mark("removed")
+
+    # -- the receipt --------------------------------------------------------------------
+
+    def _engine_observed(self) -> EngineObserved:
+        state: dict[str, Any] = (self.final_inspect or {}).get("State") or {}
+        posture = self.posture
+        started = "started" in self.marks
+        return EngineObserved(
+            container_id=self.container_id,
+            container_name=self.spec.name if self.create_sent else None,
+            posture_verified=bool(posture and posture.ok),
+            posture_fields_checked=len(posture.checked) if posture else 0,
+            posture_mismatches=tuple(
+                PostureMismatchFact(m.field, m.expected, m.actual)
+                for m in (posture.mismatches if posture else ())
+            ),
+            state=state.get("Status"),
+            exit_code=state.get("ExitCode") if started and state else None,
+            oom_killed=state.get("OOMKilled") if state else None,
+            created_at=(self.final_inspect or {}).get("Created"),
+            started_at=state.get("StartedAt") if started else None,
+            finished_at=state.get("FinishedAt") if started else None,
+            removal_confirmed=self.removal_confirmed,
+        )
+
+    def _outcome(self) -> RunOutcome:
+        if self.removal_error is not None and self.sandbox_error is None:
+            self.sandbox_error = (
+                f"The box {self.spec.name} could not be confirmed removed: {self.removal_error}. "
+                "Run `pybox sweep` once the engine answers."
+            )
+        engine_observed = self._engine_observed()
+        code_sent = self.marks.get("code_sent")
+        end = self.marks.get("program_ended") or self.marks.get("killed")
+        if end is None and code_sent is not None:
+            end = self.marks.get("removed")
+        duration = None if code_sent is None or end is None else round(end - code_sent, 4)
+        exit_info = self.exit_info or {}
+        status, cause, exit_code = classify(
+            Evidence(
+                sandbox_error=self.sandbox_error,
+                cancelled=self.cancelled,
+                deadline_kill=self.deadline_kill,
+                timeout_s=self.limits.timeout_s,
+                run_duration_s=duration,
+                engine_exit_code=engine_observed.exit_code,
+                engine_oom_killed=engine_observed.oom_killed,
+                kernel_oom_kills=self.kernel.oom_kill_count,
+                backstop_claimed=exit_info.get("backstop") if self.exit_info else None,
+            )
+        )
+        unknown = list(self.unknown)
+        if self.files is not None and (self.deadline_kill or self.cancelled):
+            unknown.append(Unknown("returned files", "not collected: the box was ended early"))
+        if (
+            self.exit_info is None
+            and "code_sent" in self.marks
+            and (self.deadline_kill or self.cancelled)
+        ):
+            unknown.append(
+                Unknown("the program's own exit status", "the box was ended before it exited")
+            )
+        skipped = list(self.files.skipped) if self.files is not None else []
+        for item in exit_info.get("files_skipped") or []:
+            if isinstance(item, dict):
+                skipped.append(
+                    SkippedFile(str(item.get("path", ""))[:1024], str(item.get("reason", ""))[:200])
+                )
+        receipt = Receipt(
+            run_id=self.run_id,
+            status=status,
+            exit_code=exit_code,
+            cause=cause,
+            configured=self._configured(),
+            observed_by_engine=engine_observed,
+            observed_by_kernel=self.kernel,
+            observed_by_pybox=PyboxObserved(
+                started_at=self.started_at,
+                create_s=self._since_start("created"),
+                verify_s=self._since_start("verified"),
+                start_s=self._since_start("started"),
+                code_sent_s=self._since_start("code_sent"),
+                program_ended_s=self._since_start("program_ended"),
+                removed_s=self._since_start("removed"),
+                run_duration_s=duration,
+                deadline_kill=self.deadline_kill,
+                cancelled=self.cancelled,
+                leftovers_swept=self.leftovers_swept,
+            ),
+            reported_by_program=ProgramReported(
+                exit_code=exit_info.get("exit_code") if self.exit_info else None,
+                backstop_fired=exit_info.get("backstop") if self.exit_info else None,
+                stdout=self.stdout.report(),
+                stderr=self.stderr.report(),
+                output_files=self.files.digests() if self.files is not None else (),
+                output_files_skipped=tuple(skipped),
+            ),
+            unknown=tuple(unknown),
+        )
+        return RunOutcome(
+            receipt=receipt,
+            stdout=self.stdout.kept(),
+            stderr=self.stderr.kept(),
+            output_files=tuple(self.files.files) if self.files is not None else (),
+        )
+
+    def _configured(self) -> Configured:
+        engine = self.engine
+        return Configured(
+            pybox_version=self.context.pybox_version,
+            engine=EngineFacts(
+                endpoint=engine.endpoint.url,
+                api_version=engine.api_version,
+                server_version=engine.server_version,
+            ),
+            runtime=self.spec.runtime,
+            image=ImageFacts(self.image.name, self.image.image_id, self.image.recipe_hash),
+            limits=self.limits.to_dict(),
+            network="none",
+            user=BOX_USER,
+            writable_paths=(PYBOX_ROOT, TMP_DIR, "/dev/shm"),
+            input_dir=INPUT_DIR,
+            output_dir=OUTPUT_DIR,
+            code=FileDigest(
+                self.request.code_name, len(self.request.code), _sha256(self.request.code)
+            ),
+            inputs=tuple(
+                FileDigest(i.name, len(i.data), _sha256(i.data)) for i in self.request.inputs
+            ),
+            collect_outputs=self.files is not None,
+        )

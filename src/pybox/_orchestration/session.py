@@ -1,0 +1,124 @@
+"""A session: the engine, the operator's policy and pybox's state, ready to run boxes.
+
+Front ends (CLI, Python API, MCP) open a session and ask it to run; they never
+talk to the engine themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from pybox._adapters.cgroups import CgroupSampler, local_sampler_factory
+from pybox._adapters.config import Settings, load_settings
+from pybox._adapters.engine import DockerEngine, Engine, find_endpoint
+from pybox._adapters.host import current_owner, owner_alive
+from pybox._adapters.state import StateStore
+from pybox._core.errors import ImageError, LimitExceeded
+from pybox._core.images import ImageRecord
+from pybox._core.limits import Limits, Policy
+from pybox._core.request import RunRequest, check_request
+from pybox._inbox import bootstrap_source
+from pybox._orchestration.cleanup import SweepReport, sweep
+from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
+from pybox._version import __version__
+
+
+class Session:
+    def __init__(
+        self,
+        engine: Engine,
+        state: StateStore,
+        policy: Policy,
+        *,
+        owner: str | None = None,
+        sampler_factory: Callable[[str], CgroupSampler | None] | None = None,
+        is_owner_alive: Callable[[str], bool | None] = owner_alive,
+        runtime: str = "runc",
+    ) -> None:
+        self.engine = engine
+        self.state = state
+        self.policy = policy
+        self.owner = owner or current_owner()
+        self.is_owner_alive = is_owner_alive
+        local = local_sampler_factory(SAMPLE_INTERVAL_S)
+        self.context = BoxContext(
+            engine=engine,
+            state=state,
+            owner=self.owner,
+            pybox_version=__version__,
+            bootstrap_source=bootstrap_source(),
+            sampler_factory=sampler_factory or (lambda container_id: local(container_id, "")),
+            runtime=runtime,
+        )
+        self._swept = False
+        self._lock = threading.Lock()
+        self._engine_cpus: int | None = None
+
+    @classmethod
+    def open(
+        cls, environ: Mapping[str, str] | None = None, config_path: str | None = None
+    ) -> Session:
+        env = os.environ if environ is None else environ
+        settings: Settings = load_settings(env, config_path)
+        engine = DockerEngine.connect(find_endpoint(env))
+        return cls(engine, StateStore(settings.state_dir), settings.policy)
+
+    def resolve(self, request: RunRequest) -> Limits:
+        """Effective limits for a request, or a clear refusal. Creates nothing."""
+        limits = self.policy.resolve(request.limits)
+        check_request(request, limits)
+        if limits.cpus > 1:
+            cpus = self._cpus()
+            if limits.cpus > cpus:
+                raise LimitExceeded(
+                    f"Requested {limits.cpus:g} CPUs; the engine has only {cpus}. "
+                    f"Ask for at most {cpus}."
+                )
+        return limits
+
+    def _cpus(self) -> int:
+        if self._engine_cpus is None:
+            self._engine_cpus = int(self.engine.info().get("NCPU") or 1)
+        return self._engine_cpus
+
+    def image(self, name: str) -> ImageRecord:
+        record = self.state.image(name)
+        if record is None:
+            known = ", ".join(sorted(self.state.images())) or "none"
+            hint = (
+                "Build it with `pybox setup --yes` (or `pybox image build stdlib`)."
+                if name == "stdlib"
+                else f"Build it with `pybox image build {name}`."
+            )
+            raise ImageError(
+                f"No image named {name!r} is recorded in {self.state.root} (recorded: {known}). "
+                + hint
+            )
+        return record
+
+    def sweep(self) -> SweepReport:
+        return sweep(self.engine, self.state, self.is_owner_alive)
+
+    def _sweep_once(self) -> int:
+        with self._lock:
+            if self._swept:
+                return 0
+            self._swept = True
+        return len(self.sweep().removed)
+
+    def run(
+        self,
+        request: RunRequest,
+        *,
+        files_dir: Path | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RunOutcome:
+        """Run `request` in a fresh box. A failing program is data in the receipt."""
+        limits = self.resolve(request)
+        image = self.image(request.image)
+        swept = self._sweep_once()
+        run = BoxRun(self.context, request, limits, image, files_dir, cancel, swept)
+        return run.execute()
