@@ -27,6 +27,7 @@ class Evidence:
     engine_oom_killed: bool | None
     kernel_oom_kills: int | None
     backstop_claimed: bool | None
+    reported_exit_code: int | None = None
 
 
 def _signal_name(number: int) -> str:
@@ -62,6 +63,12 @@ def classify(evidence: Evidence) -> tuple[Status, Cause, int | None]:
         )
 
     code = evidence.engine_exit_code
+    source = f"the engine reports exit code {code}"
+    if code is None and evidence.reported_exit_code is not None:
+        code = evidence.reported_exit_code
+        if code < 0:  # the box reports a signal as a negative number, like os.waitstatus
+            code = 128 - code
+        source = f"the box reported exit code {code} (untrusted; the engine's view is unknown)"
     oom_evidence: list[str] = []
     if evidence.kernel_oom_kills:
         oom_evidence.append(
@@ -71,7 +78,7 @@ def classify(evidence: Evidence) -> tuple[Status, Cause, int | None]:
         oom_evidence.append("the engine reports the box was OOM-killed")
 
     if code == 0:
-        notes = tuple(oom_evidence) + (("the program still exited 0",) if oom_evidence else ())
+        notes = (source, *oom_evidence)
         return Status.SUCCEEDED, Cause("the program exited with code 0", True, notes), 0
 
     if evidence.backstop_claimed:
@@ -112,7 +119,7 @@ def classify(evidence: Evidence) -> tuple[Status, Cause, int | None]:
                 f"the program ended by {name} (exit code {code}); no kernel or engine evidence "
                 "of running out of memory and no deadline kill, so the cause is unknown",
                 known=False,
-                evidence=(f"the engine reports exit code {code}",),
+                evidence=(source,),
             ),
             code,
         )
@@ -121,7 +128,7 @@ def classify(evidence: Evidence) -> tuple[Status, Cause, int | None]:
         Cause(
             f"the program exited with code {code}",
             known=True,
-            evidence=(f"the engine reports exit code {code}",),
+            evidence=(source,),
         ),
         code,
     )

@@ -23,7 +23,6 @@ from pybox._core.limits import FIELDS_BY_KEY, LimitRequest, parse_user_value
 from pybox._core.receipt import Receipt, Status
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
 from pybox._orchestration.doctor import diagnose
-from pybox._orchestration.images import build_stdlib, check_images, plan_stdlib
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
 from pybox._orchestration.outputs import discard, prepare_destination, publish
 from pybox._orchestration.session import Session
@@ -141,7 +140,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     try:
         request = _exec_request(args)
         session = _open_session(args)
-        session.resolve(request)
+        session.resolve(request)  # a bad request is refused before the engine is touched
         destination = Path(args.output) if args.output is not None else None
         staging = prepare_destination(destination) if destination is not None else None
         try:
@@ -187,13 +186,10 @@ def cmd_setup(args: argparse.Namespace) -> int:
     mode = "" if args.yes else " (dry run: nothing will be changed)"
     _say(f"pybox setup{mode}")
     session = _open_session(args)
-    engine = session.engine
-    _say(
-        f"  engine: {engine.endpoint.url} ({engine.endpoint.found_by}), "
-        f"Docker {engine.server_version}, API {engine.api_version}"
-    )
+    engine = session.engine_facts()
+    _say(f"  engine: {engine.endpoint}, Docker {engine.server_version}, API {engine.api_version}")
     _say(f"  state:  {session.state.root}")
-    plan = plan_stdlib(engine, session.state, mirror=args.mirror, suite=args.suite)
+    plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
     if plan.up_to_date and plan.recorded is not None:
         _say(f"  image:  stdlib is built and recorded ({plan.recorded.image_id[:19]})")
     else:
@@ -207,7 +203,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
         _say("  then:   would run print(6*7) in a fresh box to check the whole path")
         _say("Run `pybox setup --yes` to do this.")
         return 0
-    build_stdlib(session.engine, session.state, plan, _progress, force=args.force)
+    session.build_stdlib(plan, _progress, force=args.force)
     outcome = session.run(RunRequest(code=b"print(6*7)\n", limits=LimitRequest(timeout_s=30.0)))
     receipt = outcome.receipt
     if receipt.status is not Status.SUCCEEDED or outcome.stdout != b"42\n":
@@ -229,15 +225,15 @@ def cmd_image_build(args: argparse.Namespace) -> int:
             f"Only the stdlib image can be built in this version, not {args.name!r}."
         )
     session = _open_session(args)
-    plan = plan_stdlib(session.engine, session.state, mirror=args.mirror, suite=args.suite)
-    record = build_stdlib(session.engine, session.state, plan, _progress, force=args.force)
+    plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
+    record = session.build_stdlib(plan, _progress, force=args.force)
     _say(f"{record.name} {record.image_id} {record.recipe_hash}", sys.stdout)
     return 0
 
 
 def cmd_image_list(args: argparse.Namespace) -> int:
     session = _open_session(args)
-    statuses = check_images(session.engine, session.state)
+    statuses = session.check_images()
     if args.json:
         _say(
             json.dumps(

@@ -468,6 +468,7 @@ class BoxRun:
                 engine_oom_killed=engine_observed.oom_killed,
                 kernel_oom_kills=self.kernel.oom_kill_count,
                 backstop_claimed=exit_info.get("backstop") if self.exit_info else None,
+                reported_exit_code=_int_or_none(exit_info.get("exit_code")),
             )
         )
         unknown = list(self.unknown)
@@ -550,3 +551,8 @@ class BoxRun:
             ),
             collect_outputs=self.files is not None,
         )
+
+
+def _int_or_none(value: object) -> int | None:
+    """An exit code from inside the box, if it is one (it is untrusted)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -15,21 +15,33 @@ from pybox._adapters.cgroups import CgroupSampler, local_sampler_factory
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.engine import DockerEngine, Engine, find_endpoint
 from pybox._adapters.host import current_owner, owner_alive
+from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError, LimitExceeded
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
+from pybox._core.receipt import EngineFacts
 from pybox._core.request import RunRequest, check_request
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.cleanup import SweepReport, sweep
+from pybox._orchestration.images import (
+    BuildPlan,
+    ImageStatus,
+    build_stdlib,
+    check_images,
+    plan_stdlib,
+)
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
 from pybox._version import __version__
 
 
 class Session:
+    """Lazily connected: checking a request needs no engine, so a bad request is
+    refused even when the engine is down."""
+
     def __init__(
         self,
-        engine: Engine,
+        engine: Engine | Callable[[], Engine],
         state: StateStore,
         policy: Policy,
         *,
@@ -38,21 +50,16 @@ class Session:
         is_owner_alive: Callable[[str], bool | None] = owner_alive,
         runtime: str = "runc",
     ) -> None:
-        self.engine = engine
+        self._engine: Engine | None = None if callable(engine) else engine
+        self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
         self.state = state
         self.policy = policy
         self.owner = owner or current_owner()
         self.is_owner_alive = is_owner_alive
         local = local_sampler_factory(SAMPLE_INTERVAL_S)
-        self.context = BoxContext(
-            engine=engine,
-            state=state,
-            owner=self.owner,
-            pybox_version=__version__,
-            bootstrap_source=bootstrap_source(),
-            sampler_factory=sampler_factory or (lambda container_id: local(container_id, "")),
-            runtime=runtime,
-        )
+        self._sampler_factory = sampler_factory or (lambda container_id: local(container_id, ""))
+        self._runtime = runtime
+        self._bootstrap = bootstrap_source()
         self._swept = False
         self._lock = threading.Lock()
         self._engine_cpus: int | None = None
@@ -63,8 +70,30 @@ class Session:
     ) -> Session:
         env = os.environ if environ is None else environ
         settings: Settings = load_settings(env, config_path)
-        engine = DockerEngine.connect(find_endpoint(env))
-        return cls(engine, StateStore(settings.state_dir), settings.policy)
+        return cls(
+            lambda: DockerEngine.connect(find_endpoint(env)),
+            StateStore(settings.state_dir),
+            settings.policy,
+        )
+
+    @property
+    def engine(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                assert self._connect is not None
+                self._engine = self._connect()
+            return self._engine
+
+    def _context(self) -> BoxContext:
+        return BoxContext(
+            engine=self.engine,
+            state=self.state,
+            owner=self.owner,
+            pybox_version=__version__,
+            bootstrap_source=self._bootstrap,
+            sampler_factory=self._sampler_factory,
+            runtime=self._runtime,
+        )
 
     def resolve(self, request: RunRequest) -> Limits:
         """Effective limits for a request, or a clear refusal. Creates nothing."""
@@ -99,6 +128,25 @@ class Session:
             )
         return record
 
+    def engine_facts(self) -> EngineFacts:
+        engine = self.engine
+        return EngineFacts(
+            endpoint=f"{engine.endpoint.url} ({engine.endpoint.found_by})",
+            api_version=engine.api_version,
+            server_version=engine.server_version,
+        )
+
+    def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
+        return plan_stdlib(self.engine, self.state, mirror=mirror, suite=suite)
+
+    def build_stdlib(
+        self, plan: BuildPlan, progress: Progress, *, force: bool = False
+    ) -> ImageRecord:
+        return build_stdlib(self.engine, self.state, plan, progress, force=force)
+
+    def check_images(self) -> list[ImageStatus]:
+        return check_images(self.engine, self.state)
+
     def sweep(self) -> SweepReport:
         return sweep(self.engine, self.state, self.is_owner_alive)
 
@@ -120,5 +168,5 @@ class Session:
         limits = self.resolve(request)
         image = self.image(request.image)
         swept = self._sweep_once()
-        run = BoxRun(self.context, request, limits, image, files_dir, cancel, swept)
+        run = BoxRun(self._context(), request, limits, image, files_dir, cancel, swept)
         return run.execute()

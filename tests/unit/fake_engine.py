@@ -1,0 +1,328 @@
+"""A fake container engine implementing pybox's `Engine` protocol, in memory.
+
+It keeps containers the way the Docker Engine reports them (create body in,
+inspect document out) and plays the in-box bootstrap's side of the wire
+protocol from a script, so the lifecycle can be tested without an engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pybox._adapters.engine import EngineEndpoint, JSONObject
+from pybox._core import wire
+from pybox._core.errors import EngineAPIError
+from pybox._core.posture import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS
+
+
+@dataclass
+class Script:
+    """What the fake box does once it has received its payload."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    exit_code: int = 0
+    files: list[tuple[str, bytes]] = field(default_factory=list)
+    hang: bool = False  # never exits by itself: only a kill ends it
+    oom_killed: bool = False  # the engine reports OOMKilled
+    vanish: bool = False  # the box ends without an exit report
+    bootstrap_error: str | None = None
+    raw: bytes | None = None  # exact bytes from the box instead of the above
+    backstop: bool = False
+
+
+def frame(kind: bytes, data: bytes = b"") -> bytes:
+    return kind + len(data).to_bytes(4, "big") + data
+
+
+def json_frame(kind: bytes, value: Mapping[str, Any]) -> bytes:
+    return frame(kind, json.dumps(value).encode())
+
+
+@dataclass
+class FakeContainer:
+    container_id: str
+    name: str
+    body: JSONObject
+    state: str = "created"
+    exit_code: int = 0
+    oom_killed: bool = False
+    payload: bytearray = field(default_factory=bytearray)
+    header: dict[str, Any] | None = None
+    acked: bool = False
+    killed: bool = False
+
+
+class FakeAttach:
+    def __init__(self, engine: FakeEngine, container: FakeContainer) -> None:
+        self.engine = engine
+        self.container = container
+        self.outgoing: deque[tuple[int, bytes]] = deque()
+        self.ended = False
+        self.closed = False
+        self.started = False
+
+    # The engine side.
+    def _emit(self, data: bytes, source: int = 1) -> None:
+        # Split into uneven chunks, as a real stream may arrive.
+        for start in range(0, len(data), 7000):
+            self.outgoing.append((source, data[start : start + 7000]))
+
+    def on_start(self) -> None:
+        self.started = True
+        self._emit(json_frame(wire.K_READY, {"version": 1, "pid": 1, "uid": 1000}))
+
+    def _payload_complete(self) -> bool:
+        data = bytes(self.container.payload)
+        if len(data) < 8:
+            return False
+        size = int.from_bytes(data[4:8], "big")
+        if len(data) < 8 + size:
+            return False
+        header = json.loads(data[8 : 8 + size])
+        need = header["code_size"] + sum(item["size"] for item in header["inputs"])
+        if len(data) < 8 + size + need:
+            return False
+        self.container.header = header
+        return True
+
+    def _play(self) -> None:
+        script = self.engine.script
+        if script.raw is not None:
+            self._emit(script.raw)
+            self._end(script.exit_code)
+            return
+        if script.bootstrap_error is not None:
+            self._emit(json_frame(wire.K_ERROR, {"message": script.bootstrap_error}))
+            self._end(125)
+            return
+        self._emit(frame(wire.K_STARTED, b"{}"))
+        for start in range(0, len(script.stdout), wire.CHUNK):
+            self._emit(frame(wire.K_STDOUT, script.stdout[start : start + wire.CHUNK]))
+        for start in range(0, len(script.stderr), wire.CHUNK):
+            self._emit(frame(wire.K_STDERR, script.stderr[start : start + wire.CHUNK]))
+        if script.hang:
+            return
+        if script.vanish:
+            self.container.oom_killed = script.oom_killed
+            self._end(script.exit_code)
+            return
+        assert self.container.header is not None
+        if self.container.header["collect_outputs"]:
+            for path, content in script.files:
+                self._emit(json_frame(wire.K_FILE, {"path": path, "size": len(content)}))
+                for start in range(0, len(content), wire.CHUNK):
+                    self._emit(frame(wire.K_DATA, content[start : start + wire.CHUNK]))
+        self._emit(
+            json_frame(
+                wire.K_EXIT,
+                {
+                    "exit_code": script.exit_code,
+                    "backstop": script.backstop,
+                    "files_sent": len(script.files),
+                    "files_skipped": [],
+                },
+            )
+        )
+        self.container.oom_killed = script.oom_killed
+
+    def _end(self, exit_code: int) -> None:
+        self.container.state = "exited"
+        self.container.exit_code = exit_code
+        self.ended = True
+
+    # The AttachStream protocol.
+    def send(self, data: bytes) -> None:
+        if self.container.header is None:
+            self.container.payload += data
+            if self._payload_complete():
+                self._play()
+        elif data == wire.ACK:
+            self.container.acked = True
+            self._end(self.engine.script.exit_code)
+
+    def read(self, timeout_s: float) -> tuple[int, bytes] | None:
+        hook = self.engine.on_read
+        if hook is not None:
+            hook()
+        if self.outgoing:
+            return self.outgoing.popleft()
+        if self.ended or self.container.killed:
+            return (0, b"")
+        time.sleep(min(max(timeout_s, 0.0), 0.01))
+        return None
+
+    def fileno(self) -> int:
+        return -1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeEngine:
+    """In-memory engine. `calls` records every operation in order."""
+
+    def __init__(self, script: Script | None = None) -> None:
+        self.script = script or Script()
+        self.containers: dict[str, FakeContainer] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.attachments: list[FakeAttach] = []
+        self.tamper: Callable[[JSONObject], None] | None = None
+        self.fail: dict[str, Exception] = {}
+        self.on_read: Callable[[], None] | None = None
+        self.images: dict[str, JSONObject] = {}
+        self.ncpu = 2
+        self._next = 0
+
+    @property
+    def endpoint(self) -> EngineEndpoint:
+        return EngineEndpoint("/fake/docker.sock", "a test")
+
+    @property
+    def api_version(self) -> str:
+        return "1.41"
+
+    @property
+    def server_version(self) -> str:
+        return "fake-1.0"
+
+    def _call(self, name: str, target: str = "") -> None:
+        self.calls.append((name, target))
+        if name in self.fail:
+            raise self.fail[name]
+
+    def _find(self, ref: str) -> FakeContainer | None:
+        if ref in self.containers:
+            return self.containers[ref]
+        for container in self.containers.values():
+            if container.name == ref:
+                return container
+        return None
+
+    def version(self) -> JSONObject:
+        self._call("version")
+        return {"Version": "fake-1.0", "ApiVersion": "1.41"}
+
+    def info(self) -> JSONObject:
+        self._call("info")
+        return {"NCPU": self.ncpu, "CgroupVersion": "1", "CgroupDriver": "cgroupfs"}
+
+    def create_container(self, name: str, body: JSONObject) -> str:
+        self._call("create", name)
+        if self._find(name) is not None:
+            raise EngineAPIError("conflict", status=409, engine_message="name in use")
+        self._next += 1
+        container_id = f"{self._next:064x}"
+        self.containers[container_id] = FakeContainer(container_id, name, copy.deepcopy(body))
+        return container_id
+
+    def inspect_container(self, container_id: str) -> JSONObject | None:
+        self._call("inspect", container_id)
+        container = self._find(container_id)
+        if container is None:
+            return None
+        body = copy.deepcopy(container.body)
+        host = body.pop("HostConfig", {})
+        host.setdefault("MaskedPaths", list(REQUIRED_MASKED_PATHS))
+        host.setdefault("ReadonlyPaths", list(REQUIRED_READONLY_PATHS))
+        if "RestartPolicy" in host:
+            host["RestartPolicy"] = {**host["RestartPolicy"], "MaximumRetryCount": 0}
+        image = body.pop("Image", None)
+        document: JSONObject = {
+            "Id": container.container_id,
+            "Name": "/" + container.name,
+            "Created": "2026-01-01T00:00:00Z",
+            "Image": image,
+            "Config": body,
+            "HostConfig": host,
+            "Mounts": [],
+            "HostsPath": "",
+            "ResolvConfPath": "",
+            "State": {
+                "Status": container.state,
+                "ExitCode": container.exit_code,
+                "OOMKilled": container.oom_killed,
+                "StartedAt": "2026-01-01T00:00:01Z",
+                "FinishedAt": "2026-01-01T00:00:02Z",
+            },
+        }
+        if self.tamper is not None and container.state == "created":
+            self.tamper(document)
+        return document
+
+    def attach(self, container_id: str) -> FakeAttach:
+        self._call("attach", container_id)
+        container = self.containers[container_id]
+        attach = FakeAttach(self, container)
+        self.attachments.append(attach)
+        return attach
+
+    def start_container(self, container_id: str) -> None:
+        self._call("start", container_id)
+        container = self.containers[container_id]
+        container.state = "running"
+        for attach in self.attachments:
+            if attach.container is container:
+                attach.on_start()
+
+    def kill_container(self, container_id: str, signal: str = "KILL") -> bool:
+        self._call("kill", container_id)
+        container = self._find(container_id)
+        if container is None or container.state != "running":
+            return False
+        container.killed = True
+        container.state = "exited"
+        container.exit_code = 137
+        return True
+
+    def wait_container(self, container_id: str, timeout_s: float) -> int:
+        self._call("wait", container_id)
+        return self.containers[container_id].exit_code
+
+    def remove_container(self, container_id: str) -> bool:
+        self._call("remove", container_id)
+        return self.containers.pop(container_id, None) is not None
+
+    def list_containers(self, labels: Mapping[str, str | None]) -> list[JSONObject]:
+        self._call("list")
+        found = []
+        for container in self.containers.values():
+            container_labels = container.body.get("Labels", {})
+            if all(
+                key in container_labels and (value is None or container_labels[key] == value)
+                for key, value in labels.items()
+            ):
+                found.append(
+                    {
+                        "Id": container.container_id,
+                        "Names": ["/" + container.name],
+                        "Labels": container_labels,
+                        "State": container.state,
+                    }
+                )
+        return found
+
+    def inspect_image(self, reference: str) -> JSONObject | None:
+        self._call("inspect_image", reference)
+        return self.images.get(reference)
+
+    def import_image(
+        self, tar_chunks: Iterable[bytes], repo: str, tag: str, changes: list[str]
+    ) -> str:
+        self._call("import_image", f"{repo}:{tag}")
+        image_id = "sha256:" + "ab" * 32
+        self.images[image_id] = {"Id": image_id}
+        return image_id
+
+    def remove_image(self, reference: str) -> bool:
+        self._call("remove_image", reference)
+        return self.images.pop(reference, None) is not None
+
+    def names(self, operation: str) -> list[str]:
+        return [target for name, target in self.calls if name == operation]

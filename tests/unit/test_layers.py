@@ -1,0 +1,123 @@
+"""Layers point downward only, and front ends never touch the engine.
+
+core (values, no I/O) <- adapters (engine client, cgroups, state, config, host)
+<- orchestration (lifecycle, session, cleanup, images) <- front ends (CLI, API).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "pybox"
+
+LAYERS = {"core": 0, "adapters": 1, "orchestration": 2, "frontends": 3}
+NO_IO_IN_CORE = {
+    "os",
+    "io",
+    "socket",
+    "select",
+    "subprocess",
+    "http",
+    "urllib",
+    "tempfile",
+    "shutil",
+    "pathlib",
+    "threading",
+    "time",
+    "sys",
+}
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer_of(module: str) -> str:
+    if module in ("pybox", "pybox.__main__") or module.startswith("pybox._frontends"):
+        return "frontends"
+    if module.startswith("pybox._orchestration"):
+        return "orchestration"
+    if module.startswith(("pybox._adapters", "pybox._inbox")):
+        return "adapters"
+    if module.startswith("pybox._core") or module == "pybox._version":
+        return "core"
+    raise AssertionError(f"{module} belongs to no layer; add it to the layer map")
+
+
+def imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+    return found
+
+
+MODULES = sorted(p for p in SRC.rglob("*.py") if p.name != "bootstrap.py")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
+def test_imports_point_downward(path: Path) -> None:
+    source = module_name(path)
+    source_layer = layer_of(source)
+    for target in imports(path):
+        if not target.startswith("pybox"):
+            if source_layer == "core":
+                assert target.split(".")[0] not in NO_IO_IN_CORE, (
+                    f"{source} (core) imports {target}"
+                )
+            continue
+        target_layer = layer_of(target)
+        assert LAYERS[target_layer] <= LAYERS[source_layer], (
+            f"{source} ({source_layer}) imports {target} ({target_layer})"
+        )
+        if source_layer == "frontends" and source not in ("pybox", "pybox.__main__"):
+            assert target_layer != "adapters", f"front end {source} touches adapter {target}"
+            assert target_layer != "frontends" or target == source, (
+                f"front end {source} imports front end {target}"
+            )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in MODULES if layer_of(module_name(p)) == "frontends"],
+    ids=module_name,
+)
+def test_front_ends_never_reach_for_the_engine(path: Path) -> None:
+    tree = ast.parse(path.read_text(), str(path))
+    touched = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in ("engine", "_engine")
+    ]
+    assert not touched, f"{module_name(path)} reaches for the engine on lines {touched}"
+
+
+def test_the_bootstrap_imports_nothing_from_pybox() -> None:
+    bootstrap = SRC / "_inbox" / "bootstrap.py"
+    assert not [name for name in imports(bootstrap) if name.startswith("pybox")]
+
+
+def test_public_surface_is_listed() -> None:
+    import pybox
+
+    assert sorted(pybox.__all__) == sorted(set(pybox.__all__))
+    for name in pybox.__all__:
+        assert hasattr(pybox, name), name
+    assert (SRC / "py.typed").exists()
+
+
+def test_no_shell_anywhere() -> None:
+    for path in SRC.rglob("*.py"):
+        text = path.read_text()
+        for banned in ("shell=True", "os.system(", "os.popen("):
+            assert banned not in text, f"{path} uses {banned}"

@@ -1,0 +1,175 @@
+"""The posture: built from one list, and every weakening of it is caught before start."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from pybox._adapters.state import StateStore
+from pybox._core.limits import BUILTIN_DEFAULTS, Policy
+from pybox._core.posture import (
+    BOX_USER,
+    BoxSpec,
+    Check,
+    Requirement,
+    create_body,
+    requirements,
+    verify,
+)
+from pybox._core.receipt import Status
+from pybox._core.request import RunRequest
+from pybox._orchestration.session import Session
+from tests.unit.fake_engine import FakeEngine
+
+SPEC = BoxSpec(
+    run_id="0123456789abcdef",
+    image_id="sha256:" + "12" * 32,
+    python_path="/usr/bin/python3",
+    bootstrap_source="print('bootstrap')",
+    limits=BUILTIN_DEFAULTS,
+    owner="host:1:1",
+    expires_at=2_000_000_000,
+    pybox_version="test",
+)
+REQUIREMENTS = requirements(SPEC)
+
+
+def inspect_document(spec: BoxSpec) -> dict[str, Any]:
+    """What a faithful engine reports for a box created from `create_body`."""
+    engine = FakeEngine()
+    container_id = engine.create_container(spec.name, create_body(spec))
+    document = engine.inspect_container(container_id)
+    assert document is not None
+    return document
+
+
+def _parent(document: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    target = document
+    for key in path[:-1]:
+        target = target.setdefault(key, {})
+    return target
+
+
+def weakenings(requirement: Requirement) -> list[tuple[str, Any]]:
+    """Ways a hostile or buggy engine could hand back a weaker box for this field."""
+    if requirement.check is Check.EMPTY:
+        if isinstance(requirement.expected, bool) or requirement.expected is False:
+            return [("set", True)]
+        if isinstance(requirement.expected, dict):
+            return [("set", {"weak": "1"})]
+        if isinstance(requirement.expected, list):
+            return [("set", ["/:/host"])]
+        if isinstance(requirement.expected, int):
+            return [("set", -1000)]
+        return [("set", "host")]
+    if requirement.check is Check.INCLUDES:
+        expected = requirement.expected
+        if isinstance(expected, dict):
+            key = next(iter(expected))
+            return [("drop-item", key), ("remove", None)]
+        return [("drop-item", expected[0]), ("remove", None)]
+    weaker: Any
+    if isinstance(requirement.expected, bool):
+        weaker = not requirement.expected
+    elif isinstance(requirement.expected, int):
+        weaker = requirement.expected * 2 + 1
+    elif isinstance(requirement.expected, str):
+        weaker = "host"
+    elif isinstance(requirement.expected, list):
+        weaker = []
+    else:
+        weaker = {}
+    return [("remove", None), ("set", weaker)]
+
+
+CASES = [
+    pytest.param(req, how, value, id=f"{req.name}-{how}")
+    for req in REQUIREMENTS
+    for how, value in weakenings(req)
+]
+
+
+def apply(document: dict[str, Any], requirement: Requirement, how: str, value: Any) -> None:
+    parent = _parent(document, requirement.inspect_path)
+    key = requirement.inspect_path[-1]
+    if how == "remove":
+        parent.pop(key, None)
+    elif how == "set":
+        parent[key] = value
+    else:
+        current = copy.deepcopy(parent[key])
+        if isinstance(current, dict):
+            current.pop(value)
+        else:
+            current.remove(value)
+        parent[key] = current
+
+
+def test_create_body_is_built_from_the_requirements() -> None:
+    body = create_body(SPEC)
+    assert body["User"] == BOX_USER
+    assert body["NetworkDisabled"] is True
+    assert body["HostConfig"]["NetworkMode"] == "none"
+    assert body["HostConfig"]["ReadonlyRootfs"] is True
+    assert body["HostConfig"]["CapDrop"] == ["ALL"]
+    assert body["HostConfig"]["SecurityOpt"] == ["no-new-privileges"]
+    assert body["HostConfig"]["MemorySwap"] == body["HostConfig"]["Memory"]
+    assert body["HostConfig"]["Binds"] == []
+    assert body["HostConfig"]["LogConfig"] == {"Type": "none", "Config": {}}
+    assert body["Image"] == SPEC.image_id
+    # Every requirement with a create path is in the body, with its value.
+    for requirement in REQUIREMENTS:
+        if requirement.create_path is None:
+            continue
+        target: Any = body
+        for key in requirement.create_path:
+            target = target[key]
+        assert target == requirement.expected
+
+
+def test_a_faithful_engine_passes() -> None:
+    report = verify(SPEC, inspect_document(SPEC))
+    assert report.ok, report.mismatches
+    assert len(report.checked) == len(REQUIREMENTS)
+
+
+def test_names_are_unique() -> None:
+    names = [r.name for r in REQUIREMENTS]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize(("requirement", "how", "value"), CASES)
+def test_each_weakening_is_caught(requirement: Requirement, how: str, value: Any) -> None:
+    document = inspect_document(SPEC)
+    apply(document, requirement, how, value)
+    report = verify(SPEC, document)
+    assert [m.field for m in report.mismatches] == [requirement.name]
+
+
+@pytest.mark.parametrize(
+    "requirement",
+    [r for r in REQUIREMENTS if r.check is not Check.EMPTY],
+    ids=lambda r: r.name,
+)
+def test_a_weakened_box_never_starts(requirement: Requirement, state: StateStore) -> None:
+    engine = FakeEngine()
+    how, value = weakenings(requirement)[0]
+    engine.tamper = lambda document: apply(document, requirement, how, value)
+    session = Session(
+        engine,
+        state,
+        Policy(),
+        owner="testhost:1:1",
+        sampler_factory=lambda container_id: None,
+        is_owner_alive=lambda owner: True,
+    )
+    receipt = session.run(RunRequest(code=b"print(1)")).receipt
+    assert receipt.status is Status.SANDBOX_ERROR
+    assert requirement.name in receipt.cause.summary
+    assert [m.field for m in receipt.observed_by_engine.posture_mismatches] == [requirement.name]
+    assert "start" not in [name for name, _ in engine.calls]
+    assert "attach" not in [name for name, _ in engine.calls]
+    assert engine.containers == {}
+    assert receipt.observed_by_engine.removal_confirmed
