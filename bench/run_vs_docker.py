@@ -61,7 +61,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pybox
 from pybox import Client, RunResult, run_container
@@ -104,6 +104,9 @@ DOCKER_HARDENING = (
     "--tmpfs", "/tmp:rw,nosuid,nodev,noexec,size=64m,mode=1777",
     "--shm-size", "64m",
     "--hostname", "pybox",
+    # pybox asks for a private cgroup namespace; docker's default on a cgroup v1
+    # host is the host's, so say it explicitly to keep the boxes equivalent.
+    "--cgroupns", "private",
 )  # fmt: skip
 
 TIMELINE_MARKS = ("create_s", "verify_s", "start_s", "code_sent_s", "program_ended_s", "removed_s")
@@ -139,6 +142,7 @@ class Context:
 
 
 Runner = Callable[[Context], Sample]
+T = TypeVar("T")
 
 
 # --- measuring one call -------------------------------------------------------
@@ -178,7 +182,7 @@ def _daemon_cpu_s(pids: Sequence[int]) -> float | None:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _measure(ctx: Context, call: Callable[[], str | RunResult]) -> tuple[Sample, str | RunResult]:
+def _measure(ctx: Context, call: Callable[[], T]) -> tuple[Sample, T]:
     """Time `call` and charge it the CPU of this process, its children and the daemons."""
     daemon_before = _daemon_cpu_s(ctx.daemon_pids)
     cpu_before = time.process_time() + _children_cpu_s()
@@ -187,9 +191,7 @@ def _measure(ctx: Context, call: Callable[[], str | RunResult]) -> tuple[Sample,
     wall = time.perf_counter() - start
     client_cpu = time.process_time() + _children_cpu_s() - cpu_before
     daemon_after = _daemon_cpu_s(ctx.daemon_pids)
-    daemon = (
-        None if daemon_before is None or daemon_after is None else daemon_after - daemon_before
-    )
+    daemon = None if daemon_before is None or daemon_after is None else daemon_after - daemon_before
     return Sample(wall, client_cpu, daemon), outcome
 
 
@@ -218,7 +220,6 @@ def _check_pybox(path: str, result: RunResult) -> None:
 
 def _pybox_sample(ctx: Context, path: str, call: Callable[[], RunResult]) -> Sample:
     sample, outcome = _measure(ctx, call)
-    assert isinstance(outcome, RunResult)
     _check_pybox(path, outcome)
     receipt = outcome.receipt
     if receipt.observed_by_engine.container_id:
@@ -312,11 +313,14 @@ def measure_rounds(
     ctx: Context, paths: Sequence[str], rounds: int, rng: random.Random | None
 ) -> dict[str, list[Sample]]:
     samples: dict[str, list[Sample]] = {path: [] for path in paths}
+    progress = sys.stderr.isatty()  # a carriage-return counter only makes sense on a terminal
     for index in range(rounds):
         for path in round_order(paths, index, rng):
             samples[path].append(RUNNERS[path](ctx))
-        print(f"\rround {index + 1}/{rounds}", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+        if progress:
+            print(f"\rround {index + 1}/{rounds}", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
     return samples
 
 
@@ -466,6 +470,17 @@ def build_report(
     }
 
 
+def _rounded(value: Any) -> Any:
+    """Microsecond precision is plenty for JSON readers; the clocks are not better."""
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    return value
+
+
 def _cpu_cell(value: dict[str, float] | None) -> str:
     return "n/a" if value is None else f"{value['mean_ms']:.1f} / {value['p50_ms']:.1f}"
 
@@ -536,18 +551,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def check_clean(ctx: Context) -> list[str]:
-    """Problems with what was left behind; remove our own docker-run boxes if any."""
+    """What this benchmark left behind; our own docker-run boxes are removed on the way."""
     found = leftovers(ctx)
     remove_our_docker_boxes(found["docker_run_ours"])
-    problems = [f"{kind}: {', '.join(ids)}" for kind, ids in found.items() if ids]
-    if found["pybox_others"] and not found["pybox_ours"]:
+    if found["pybox_others"]:
         print(
             f"note: {len(found['pybox_others'])} pybox box(es) present that this run did "
             "not create (someone else using the engine?)",
             file=sys.stderr,
         )
-        problems = [p for p in problems if not p.startswith("pybox_others")]
-    return problems
+    return [
+        f"{kind}: {', '.join(found[kind])}"
+        for kind in ("pybox_ours", "docker_run_ours")
+        if found[kind]
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -569,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     report["leftovers"] = problems
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(_rounded(report), indent=2))
     else:
         print_report(report)
         print(f"\nleftover containers: {'none' if not problems else '; '.join(problems)}")

@@ -19,6 +19,12 @@ from pybox._adapters.engine import EngineEndpoint, JSONObject
 from pybox._core import wire
 from pybox._core.errors import EngineAPIError
 from pybox._core.posture import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS
+from pybox._inbox import bootstrap_source
+
+_BOOTSTRAP: dict[str, Any] = {"__name__": "pybox_bootstrap_under_test"}
+exec(compile(bootstrap_source(), "bootstrap.py", "exec"), _BOOTSTRAP)
+# The fake box reads the header with the bootstrap's own parser.
+parse_header: Callable[[bytes], dict[str, Any]] = _BOOTSTRAP["parse_header"]
 
 
 @dataclass
@@ -85,7 +91,7 @@ class FakeAttach:
         size = int.from_bytes(data[4:8], "big")
         if len(data) < 8 + size:
             return False
-        header = json.loads(data[8 : 8 + size])
+        header = parse_header(data[8 : 8 + size])
         need = header["code_size"] + sum(item["size"] for item in header["inputs"])
         if len(data) < 8 + size + need:
             return False
@@ -114,22 +120,19 @@ class FakeAttach:
             self._end(script.exit_code)
             return
         assert self.container.header is not None
-        if self.container.header["collect_outputs"]:
+        self._emit(
+            json_frame(wire.K_EXIT, {"exit_code": script.exit_code, "backstop": script.backstop})
+        )
+        if self.container.header["collect_outputs"] and not script.backstop:
             for path, content in script.files:
                 self._emit(json_frame(wire.K_FILE, {"path": path, "size": len(content)}))
                 for start in range(0, len(content), wire.CHUNK):
                     self._emit(frame(wire.K_DATA, content[start : start + wire.CHUNK]))
-        self._emit(
-            json_frame(
-                wire.K_EXIT,
-                {
-                    "exit_code": script.exit_code,
-                    "backstop": script.backstop,
-                    "files_sent": len(script.files),
-                    "files_skipped": [],
-                },
+            self._emit(
+                json_frame(
+                    wire.K_FILES_DONE, {"files_sent": len(script.files), "files_skipped": []}
+                )
             )
-        )
         self.container.oom_killed = script.oom_killed
 
     def _end(self, exit_code: int) -> None:

@@ -121,7 +121,7 @@ def test_bootstrap_error_is_a_sandbox_error(
 def test_garbage_from_the_box_is_a_sandbox_error(
     session: Session, engine: FakeEngine, state: StateStore
 ) -> None:
-    engine.script = Script(raw=b"Z\x00\x00\x00\x01!")
+    engine.script = Script(raw=b"Q\x00\x00\x00\x01!")
     receipt = session.run(request()).receipt
     assert receipt.status is Status.SANDBOX_ERROR
     assert "unknown frame kind" in receipt.cause.summary
@@ -157,7 +157,7 @@ def test_returned_files_land_in_files_dir(
     assert sorted(f.path for f in outcome.output_files) == ["plot.png", "sub/data.csv"]
     assert (files_dir / "sub" / "data.csv").read_bytes() == b"a,b\n"
     digests = outcome.receipt.reported_by_program.output_files
-    assert {d.name for d in digests} == {"plot.png", "sub/data.csv"}
+    assert {d.path for d in digests} == {"plot.png", "sub/data.csv"}
 
 
 def test_files_not_asked_for_are_refused(session: Session, engine: FakeEngine) -> None:

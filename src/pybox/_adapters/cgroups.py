@@ -51,6 +51,8 @@ V1_FILES = {
     "memory_peak": ("memory", "memory.max_usage_in_bytes"),
     "memory_limit": ("memory", "memory.limit_in_bytes"),
     "memory_failcnt": ("memory", "memory.failcnt"),
+    # With swap equal to memory, the memory+swap limit is often the one that is hit.
+    "memsw_failcnt": ("memory", "memory.memsw.failcnt"),
     "memory_oom": ("memory", "memory.oom_control"),
     "pids_current": ("pids", "pids.current"),
     "pids_max": ("pids", "pids.max"),
@@ -194,7 +196,8 @@ class CgroupSampler:
 
         if self.location.version == 1:
             oom = _parse_keyed(last.get("memory_oom", "")).get("oom_kill")
-            memory_hits = number("memory_failcnt")
+            hits = [n for n in (number("memory_failcnt"), number("memsw_failcnt")) if n is not None]
+            memory_hits = max(hits) if hits else None
             usage_ns = number("cpu_usage_ns")
             cpu_usage_s = None if usage_ns is None else usage_ns / 1e9
             stat = _parse_keyed(last.get("cpu_stat", ""))

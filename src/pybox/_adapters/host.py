@@ -55,6 +55,10 @@ _DEB_LINE = re.compile(
 )
 
 
+# apt reads boolean fields case-insensitively with these spellings for "off".
+_APT_FALSE = frozenset({"no", "false", "without", "off", "disable", "0"})
+
+
 def _deb822_sources(path: Path) -> list[AptSource]:
     found: list[AptSource] = []
     for stanza in re.split(r"\n\s*\n", path.read_text()):
@@ -64,7 +68,8 @@ def _deb822_sources(path: Path) -> list[AptSource]:
                 continue
             key, value = line.split(":", 1)
             fields[key.strip().lower()] = value.strip()
-        if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes") == "no":
+        enabled = fields.get("enabled", "yes").strip().lower()
+        if "deb" not in fields.get("types", "").split() or enabled in _APT_FALSE:
             continue
         for uri in fields.get("uris", "").split():
             for suite in fields.get("suites", "").split():
@@ -83,7 +88,7 @@ def _deb822_sources(path: Path) -> list[AptSource]:
 def _one_line_sources(path: Path) -> list[AptSource]:
     found: list[AptSource] = []
     for line in path.read_text().splitlines():
-        match = _DEB_LINE.match(line.strip())
+        match = _DEB_LINE.match(line.split("#", 1)[0].strip())
         if not match:
             continue
         keyring = None

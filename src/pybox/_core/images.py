@@ -15,12 +15,12 @@ from typing import Any
 
 from pybox._core.errors import InvalidRequest, StateError
 
-IMAGE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+IMAGE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 IMAGE_REPO_PREFIX = "pybox/"
 
 
 def check_image_name(name: object) -> str:
-    if not isinstance(name, str) or not IMAGE_NAME_RE.match(name):
+    if not isinstance(name, str) or not IMAGE_NAME_RE.fullmatch(name):
         raise InvalidRequest(
             f"Image name {name!r} is not valid: use lower-case letters, digits, '-' or '_' "
             "(for example 'stdlib')."

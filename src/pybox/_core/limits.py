@@ -192,12 +192,10 @@ class Policy:
         A lowered ceiling also lowers a default that was not set explicitly, so an
         operator can write just `ceilings.memory_mib = 256`.
         """
-        new_defaults = {
-            FIELDS_BY_KEY[k].attr: parse_user_value(k, v, where) for k, v in defaults.items()
-        }
-        new_ceilings = {
-            FIELDS_BY_KEY[k].attr: parse_user_value(k, v, where) for k, v in ceilings.items()
-        }
+        parsed_defaults = {k: parse_user_value(k, v, where) for k, v in defaults.items()}
+        parsed_ceilings = {k: parse_user_value(k, v, where) for k, v in ceilings.items()}
+        new_defaults = {FIELDS_BY_KEY[k].attr: v for k, v in parsed_defaults.items()}
+        new_ceilings = {FIELDS_BY_KEY[k].attr: v for k, v in parsed_ceilings.items()}
         ceiling_limits = dataclasses.replace(self.ceilings, **new_ceilings)  # type: ignore[arg-type]
         for attr, ceiling in new_ceilings.items():
             if attr not in new_defaults:

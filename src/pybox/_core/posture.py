@@ -98,6 +98,7 @@ class BoxSpec:
     owner: str
     expires_at: int
     pybox_version: str
+    code_name: str = "main.py"
     runtime: str = "runc"
     image_env: tuple[tuple[str, str], ...] = field(default=())
 
@@ -121,7 +122,16 @@ class BoxSpec:
         return [f"{key}={value}" for key, value in env.items()]
 
     def entrypoint(self) -> list[str]:
-        return [self.python_path, "-I", "-S", "-c", self.bootstrap_source]
+        # The bootstrap's arguments say which program it pre-starts: python code_name.
+        return [
+            self.python_path,
+            "-I",
+            "-S",
+            "-c",
+            self.bootstrap_source,
+            self.python_path,
+            self.code_name,
+        ]
 
     def labels(self) -> dict[str, str]:
         return {

@@ -50,6 +50,15 @@ class FileDigest:
 
 
 @dataclass(frozen=True)
+class ReturnedFileDigest:
+    """A returned file: its path relative to the output folder."""
+
+    path: str
+    size_bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
 class ImageFacts:
     name: str
     id: str
@@ -159,7 +168,7 @@ class ProgramReported:
     backstop_fired: bool | None
     stdout: StreamReport
     stderr: StreamReport
-    output_files: tuple[FileDigest, ...]
+    output_files: tuple[ReturnedFileDigest, ...]
     output_files_skipped: tuple[SkippedFile, ...]
 
 

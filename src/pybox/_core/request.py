@@ -9,7 +9,7 @@ from pybox._core.errors import InvalidRequest
 from pybox._core.images import check_image_name
 from pybox._core.limits import LimitRequest, Limits
 
-CODE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.py$")
+CODE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.py")
 MAX_NAME_BYTES = 255
 MAX_INPUTS = 1000
 
@@ -53,7 +53,7 @@ def check_request(request: RunRequest, limits: Limits) -> None:
     """Refuse a request that cannot run as asked, before anything is created."""
     if not isinstance(request.code, bytes):
         raise InvalidRequest(f"The code must be bytes, not {type(request.code).__name__}.")
-    if not CODE_NAME_RE.match(request.code_name):
+    if not isinstance(request.code_name, str) or not CODE_NAME_RE.fullmatch(request.code_name):
         raise InvalidRequest(
             f"The program's file name {request.code_name!r} is not usable: use letters, digits, "
             "'_', '-' or '.', ending in .py (for example main.py)."

@@ -20,8 +20,10 @@ MAGIC = b"PBX1"
 ACK = b"A"
 CHUNK = 65536
 K_READY, K_STARTED, K_STDOUT, K_STDERR = b"R", b"S", b"1", b"2"
-K_FILE, K_DATA, K_EXIT, K_ERROR = b"F", b"D", b"X", b"E"
-KINDS = frozenset({K_READY, K_STARTED, K_STDOUT, K_STDERR, K_FILE, K_DATA, K_EXIT, K_ERROR})
+K_FILE, K_DATA, K_EXIT, K_ERROR, K_FILES_DONE = b"F", b"D", b"X", b"E", b"Z"
+KINDS = frozenset(
+    {K_READY, K_STARTED, K_STDOUT, K_STDERR, K_FILE, K_DATA, K_EXIT, K_ERROR, K_FILES_DONE}
+)
 BACKSTOP_EXIT = 124
 # JSON frames are small; data frames are at most one pipe read.
 MAX_FRAME_BYTES = CHUNK
@@ -95,19 +97,28 @@ def encode_payload(
     max_files: int,
     max_file_bytes: int,
 ) -> Iterator[bytes]:
-    """The stdin payload for the bootstrap, as a sequence of byte chunks."""
-    header = {
-        "version": VERSION,
-        "argv": argv,
-        "code_name": code_name,
-        "code_size": len(code),
-        "inputs": [{"name": item.name, "size": len(item.data)} for item in inputs],
-        "backstop_s": backstop_s,
-        "collect_outputs": collect_outputs,
-        "max_files": max_files,
-        "max_file_bytes": max_file_bytes,
-    }
-    encoded = json.dumps(header).encode()
+    """The stdin payload for the bootstrap, as a sequence of byte chunks.
+
+    The header is tab-separated lines (the bootstrap parses it without `json`);
+    names never hold tabs or newlines: requests with control characters in
+    names are refused before this point.
+    """
+    lines: list[list[str]] = [
+        ["version", str(VERSION)],
+        ["argv", *argv],
+        ["code", code_name, str(len(code))],
+        *(["input", item.name, str(len(item.data))] for item in inputs),
+        ["backstop_s", repr(float(backstop_s))],
+        ["collect_outputs", "1" if collect_outputs else "0"],
+        ["max_files", str(max_files)],
+        ["max_file_bytes", str(max_file_bytes)],
+    ]
+    for fields in lines:
+        if any("\t" in field or "\n" in field for field in fields):
+            raise ValueError(f"a payload header field holds a tab or newline: {fields!r}")
+    encoded = "".join("\t".join(fields) + "\n" for fields in lines).encode(
+        "utf-8", "surrogateescape"
+    )
     yield MAGIC + len(encoded).to_bytes(4, "big") + encoded
     yield code
     for item in inputs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import traceback
@@ -98,7 +99,7 @@ def _exec_request(args: argparse.Namespace) -> RunRequest:
     else:
         code = _read_file(args.program, "program")
         name = os.path.basename(args.program)
-        code_name = name if CODE_NAME_RE.match(name) else "main.py"
+        code_name = name if CODE_NAME_RE.fullmatch(name) else "main.py"
     inputs = []
     for path in args.input or []:
         name = check_input_name(os.path.basename(path.rstrip("/")))
@@ -133,7 +134,19 @@ def _exec_json(outcome: RunOutcome, output_dir: Path | None) -> dict[str, Any]:
 
 
 def _error_kind(exc: BaseException) -> str:
-    return "".join("_" + c.lower() if c.isupper() else c for c in type(exc).__name__).lstrip("_")
+    """`LimitExceeded` -> `limit_exceeded`, `EngineAPIError` -> `engine_api_error`."""
+    return re.sub(
+        r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", type(exc).__name__
+    ).lower()
+
+
+def _json_error(exc: PyboxError) -> str:
+    return json.dumps(
+        {
+            "pybox_exec_version": EXEC_JSON_VERSION,
+            "error": {"kind": _error_kind(exc), "message": str(exc)},
+        }
+    )
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -141,41 +154,54 @@ def cmd_exec(args: argparse.Namespace) -> int:
         request = _exec_request(args)
         session = _open_session(args)
         session.resolve(request)  # a bad request is refused before the engine is touched
-        destination = Path(args.output) if args.output is not None else None
+        destination = Path(args.output).absolute() if args.output is not None else None
         staging = prepare_destination(destination) if destination is not None else None
-        try:
-            outcome = session.run(request, files_dir=staging)
-        except BaseException:
-            if staging is not None:
-                discard(staging)
-            raise
-        if destination is not None and staging is not None:
-            publish(staging, destination)
     except PyboxError as exc:
         if args.json:
-            _say(
-                json.dumps(
-                    {
-                        "pybox_exec_version": EXEC_JSON_VERSION,
-                        "error": {"kind": _error_kind(exc), "message": str(exc)},
-                    }
-                ),
-                sys.stdout,
-            )
+            _say(_json_error(exc), sys.stdout)
         raise
-    receipt = outcome.receipt
+    interrupted = False
+    try:
+        outcome = session.run(request, files_dir=staging)
+    except RunInterrupted as stop:
+        # Ctrl-C or SIGTERM: the box is gone; show what the run produced so far.
+        outcome, interrupted = stop.outcome, True
+    except PyboxError as exc:
+        if staging is not None:
+            discard(staging)
+        if args.json:
+            _say(_json_error(exc), sys.stdout)
+        raise
+    except BaseException:
+        if staging is not None:
+            discard(staging)
+        raise
+    publish_error: PyboxError | None = None
+    if destination is not None and staging is not None:
+        try:
+            publish(staging, destination)
+        except PyboxError as exc:
+            # Nothing is lost: the files stay in the staging directory, which is reported.
+            publish_error, destination = exc, staging
+    _print_outcome(args, outcome, destination)
+    if publish_error is not None:
+        _say(f"pybox: {publish_error}")
+        return EXIT_PYBOX_FAILED
+    return EXIT_STOPPED if interrupted else _status_exit_code(outcome.receipt)
+
+
+def _print_outcome(args: argparse.Namespace, outcome: RunOutcome, destination: Path | None) -> None:
     if args.json:
         _say(json.dumps(_exec_json(outcome, destination)), sys.stdout)
-    else:
-        sys.stdout.buffer.write(outcome.stdout)
-        sys.stdout.flush()
-        sys.stderr.buffer.write(outcome.stderr)
-        sys.stderr.flush()
-        for line in receipt.summary_lines():
-            _say(line)
-        if destination is not None:
-            _say(f"  files:  {len(outcome.output_files)} written to {destination}")
-    return _status_exit_code(receipt)
+        return
+    sys.stdout.buffer.write(outcome.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(outcome.stderr)
+    sys.stderr.flush()
+    for line in outcome.receipt.summary_lines():
+        _say(line)
+    if destination is not None:
+        _say(f"  files:  {len(outcome.output_files)} written to {destination}")
 
 
 def _progress(message: str) -> None:
@@ -398,10 +424,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PyboxError as exc:
         _say(f"pybox: {exc}")
         return EXIT_PYBOX_FAILED
-    except RunInterrupted as interrupted:
-        for line in interrupted.outcome.receipt.summary_lines():
-            _say(line)
-        return EXIT_STOPPED
     except KeyboardInterrupt:
         _say("pybox: stopped before a box was started.")
         return EXIT_STOPPED

@@ -34,7 +34,7 @@ from pybox._core.errors import (
     SandboxError,
 )
 from pybox._core.images import ImageRecord
-from pybox._core.limits import Limits
+from pybox._core.limits import MIB, Limits
 from pybox._core.posture import (
     BOX_USER,
     INPUT_DIR,
@@ -148,6 +148,7 @@ class BoxRun:
             owner=context.owner,
             expires_at=int(now + limits.timeout_s + EXPIRY_MARGIN_S),
             pybox_version=context.pybox_version,
+            code_name=request.code_name,
             runtime=context.runtime,
             image_env=image.env,
         )
@@ -159,8 +160,10 @@ class BoxRun:
         self.posture: PostureReport | None = None
         self.sandbox_error: str | None = None
         self.deadline_kill = False
+        self._killer: threading.Thread | None = None
         self.cancelled = False
         self.exit_info: dict[str, Any] | None = None
+        self.files_report: dict[str, Any] | None = None
         self.bootstrap_error: str | None = None
         self.final_inspect: JSONObject | None = None
         self.removal_confirmed = False
@@ -262,6 +265,8 @@ class BoxRun:
             self._watch(stream)
         finally:
             stream.close()
+            if self._killer is not None:
+                self._killer.join(timeout=DRAIN_AFTER_KILL_S)
         if self.exit_info is None and not (self.deadline_kill or self.cancelled):
             reason = self.bootstrap_error or self._diagnostics_text() or "no exit report"
             # The box ended without reporting: let the engine's evidence speak (OOM, exit code).
@@ -302,8 +307,7 @@ class BoxRun:
                     self._kill(deadline_kill=False)
                     drain_until = now + DRAIN_AFTER_KILL_S
             elif now >= drain_until:
-                self.engine.kill_container(self.container_id)
-                break
+                break  # the forced removal ends whatever is left
             if self.sampler is not None and now >= next_sample and self.exit_info is None:
                 self.sampler.sample()
                 next_sample = now + SAMPLE_INTERVAL_S
@@ -324,7 +328,9 @@ class BoxRun:
                 continue
             for frame in decoder.feed(data):
                 if self._handle(frame, stream) and drain_until is None:
-                    drain_until = time.monotonic() + DRAIN_AFTER_EXIT_S
+                    # Time to receive the returned files, at a modest 32 MiB/s.
+                    budget = DRAIN_AFTER_EXIT_S + self.limits.output_files_bytes / (32 * MIB)
+                    drain_until = time.monotonic() + budget
         if decoder.pending_bytes and self.exit_info is None and not self.deadline_kill:
             self.unknown.append(
                 Unknown(
@@ -351,29 +357,56 @@ class BoxRun:
             self._mark("program_started")
         elif kind == wire.K_READY:
             self._mark("bootstrap_ready")
+            if frame.json().get("nondumpable") is not True:
+                self.unknown.append(
+                    Unknown(
+                        "the bootstrap's protection from the program",
+                        "the box reports PID 1 could not make itself non-dumpable, so the "
+                        "program may be able to trace it (everything the box reports is "
+                        "untrusted either way)",
+                    )
+                )
         elif kind == wire.K_ERROR:
             message = frame.json().get("message")
             self.bootstrap_error = str(message)[:2000]
         elif kind == wire.K_EXIT and self.exit_info is None:
             self.exit_info = frame.json()
             self._mark("program_ended")
-            # The box waits for this acknowledgement: its cgroup is still there.
+            # The box is still there (it waits for the acknowledgement): last sample.
             if self.sampler is not None:
                 self.sampler.sample()
-            stream.send(wire.ACK)
+            if self.files is None or self.exit_info.get("backstop"):
+                stream.send(wire.ACK)
             return True
+        elif kind == wire.K_FILES_DONE and self.exit_info is not None and self.files_report is None:
+            self.files_report = frame.json()
+            stream.send(wire.ACK)
         return False
 
     def _kill(self, *, deadline_kill: bool) -> None:
-        assert self.container_id is not None
+        """Record the kill, then ask the engine for it without waiting on the answer.
+
+        The engine may not report a killed box as stopped until its output has
+        been read, so waiting here while not reading would deadlock.
+        """
+        container_id = self.container_id
+        assert container_id is not None
         if self.sampler is not None:
             self.sampler.sample()
-        self.engine.kill_container(self.container_id)
         self._mark("killed")
         if deadline_kill:
             self.deadline_kill = True
         else:
             self.cancelled = True
+
+        def kill() -> None:
+            try:
+                self.engine.kill_container(container_id)
+            except EngineError as exc:
+                self.unknown.append(Unknown("the engine's answer to pybox's kill", str(exc)))
+
+        self._killer = threading.Thread(target=kill, name=f"pybox-kill-{self.run_id}", daemon=True)
+        self._killer.start()
 
     def _diagnostics_text(self) -> str:
         return self.diagnostics.decode("utf-8", "replace").strip()[-2000:]
@@ -467,7 +500,7 @@ class BoxRun:
                 engine_exit_code=engine_observed.exit_code,
                 engine_oom_killed=engine_observed.oom_killed,
                 kernel_oom_kills=self.kernel.oom_kill_count,
-                backstop_claimed=exit_info.get("backstop") if self.exit_info else None,
+                backstop_claimed=_bool_or_none(exit_info.get("backstop")),
                 reported_exit_code=_int_or_none(exit_info.get("exit_code")),
             )
         )
@@ -483,7 +516,7 @@ class BoxRun:
                 Unknown("the program's own exit status", "the box was ended before it exited")
             )
         skipped = list(self.files.skipped) if self.files is not None else []
-        for item in exit_info.get("files_skipped") or []:
+        for item in (self.files_report or {}).get("files_skipped") or []:
             if isinstance(item, dict):
                 skipped.append(
                     SkippedFile(str(item.get("path", ""))[:1024], str(item.get("reason", ""))[:200])
@@ -510,8 +543,8 @@ class BoxRun:
                 leftovers_swept=self.leftovers_swept,
             ),
             reported_by_program=ProgramReported(
-                exit_code=exit_info.get("exit_code") if self.exit_info else None,
-                backstop_fired=exit_info.get("backstop") if self.exit_info else None,
+                exit_code=_int_or_none(exit_info.get("exit_code")),
+                backstop_fired=_bool_or_none(exit_info.get("backstop")),
                 stdout=self.stdout.report(),
                 stderr=self.stderr.report(),
                 output_files=self.files.digests() if self.files is not None else (),
@@ -556,3 +589,8 @@ class BoxRun:
 def _int_or_none(value: object) -> int | None:
     """An exit code from inside the box, if it is one (it is untrusted)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bool_or_none(value: object) -> bool | None:
+    """A yes/no from inside the box, if it is one (it is untrusted)."""
+    return value if isinstance(value, bool) else None

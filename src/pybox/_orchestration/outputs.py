@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pybox._core.errors import InvalidRequest, PyboxError
-from pybox._core.receipt import FileDigest, SkippedFile
+from pybox._core.receipt import ReturnedFileDigest, SkippedFile
 from pybox._core.wire import ProtocolError
 
 MAX_PATH_DEPTH = 32
@@ -66,7 +66,7 @@ class FilesReceiver:
         if self._remaining:
             raise ProtocolError("The box started a new file before finishing the previous one.")
         path, size = header.get("path"), header.get("size")
-        if not isinstance(path, str) or not isinstance(size, int) or size < 0:
+        if not isinstance(path, str) or type(size) is not int or size < 0:
             raise ProtocolError(f"The box sent an unreadable file header: {header!r}")
         self._remaining = size
         reason = _unsafe_path(path)
@@ -119,14 +119,19 @@ class FilesReceiver:
         self._current = None
 
     def close(self) -> bool:
-        """Close any open file; False if a file was left incomplete."""
+        """Close any open file; False if a file was left incomplete (it is deleted)."""
         if self._handle is not None:
             os.close(self._handle)
             self._handle = None
+        if self._remaining and self._current is not None:
+            path = self._current[0]
+            (self.root / path).unlink(missing_ok=True)
+            self.skipped.append(SkippedFile(path, "arrived incomplete; not kept"))
+            self._current = None
         return self._remaining == 0
 
-    def digests(self) -> tuple[FileDigest, ...]:
-        return tuple(FileDigest(f.path, f.size_bytes, f.sha256) for f in self.files)
+    def digests(self) -> tuple[ReturnedFileDigest, ...]:
+        return tuple(ReturnedFileDigest(f.path, f.size_bytes, f.sha256) for f in self.files)
 
 
 def prepare_destination(destination: Path) -> Path:

@@ -1,0 +1,353 @@
+"""What the box is, proven from inside it on the real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pybox._adapters.engine import Engine
+from pybox._core.limits import MIB, LimitRequest
+from pybox._core.receipt import Status
+from pybox._core.request import InputFile, RunRequest
+from pybox._orchestration.lifecycle import RunOutcome
+from pybox._orchestration.session import Session
+from tests.integration.conftest import boxes
+
+
+def run(session: Session, code: str, **kwargs: object) -> RunOutcome:
+    return session.run(RunRequest(code=code.encode(), **kwargs))  # type: ignore[arg-type]
+
+
+def report(outcome: RunOutcome) -> dict[str, object]:
+    assert outcome.receipt.status is Status.SUCCEEDED, outcome.stderr.decode() + str(
+        outcome.receipt.cause
+    )
+    value: dict[str, object] = json.loads(outcome.stdout)
+    return value
+
+
+def test_hello(session: Session, engine: Engine) -> None:
+    outcome = run(session, "print(6*7)")
+    receipt = outcome.receipt
+    assert outcome.stdout == b"42\n"
+    assert receipt.status is Status.SUCCEEDED
+    assert receipt.exit_code == 0
+    assert receipt.observed_by_engine.posture_verified
+    assert receipt.observed_by_engine.posture_fields_checked > 50
+    assert receipt.observed_by_engine.removal_confirmed
+    assert receipt.observed_by_kernel.samples >= 1
+    assert (
+        receipt.observed_by_kernel.memory_limit_bytes == receipt.configured.limits["memory_bytes"]
+    )
+    assert receipt.observed_by_kernel.pids_limit == receipt.configured.limits["pids"]
+    # Confirmed against the engine: no box with this run's ID exists.
+    assert boxes(engine, receipt.run_id) == []
+    assert engine.inspect_container(receipt.observed_by_engine.container_id or "") is None
+
+
+def test_nonzero_exit(session: Session) -> None:
+    outcome = run(session, "import sys\nprint('bad', file=sys.stderr)\nsys.exit(3)")
+    assert outcome.receipt.status is Status.FAILED
+    assert outcome.receipt.exit_code == 3
+    assert outcome.stderr == b"bad\n"
+    assert outcome.receipt.cause.known
+
+
+def test_uncaught_exception_is_a_failure(session: Session) -> None:
+    outcome = run(session, "raise ValueError('boom')", code_name="job.py")
+    assert outcome.receipt.status is Status.FAILED
+    assert outcome.receipt.exit_code == 1
+    assert b'File "/pybox/work/job.py"' in outcome.stderr
+    assert b"ValueError: boom" in outcome.stderr
+
+
+IDENTITY = r"""
+import json, os
+status = {}
+for line in open('/proc/self/status'):
+    key, _, value = line.partition(':')
+    status[key] = value.strip()
+print(json.dumps({
+    'uid': os.getuid(), 'gid': os.getgid(), 'euid': os.geteuid(), 'groups': os.getgroups(),
+    'caps': {k: status[k] for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')},
+    'no_new_privs': status['NoNewPrivs'], 'seccomp': status['Seccomp'],
+    'pid': os.getpid(), 'ppid': os.getppid(),
+    'pid1': open('/proc/1/cmdline', 'rb').read().split(b'\0')[:3] and 'readable',
+    'env': dict(os.environ), 'hostname': open('/etc/hostname').read().strip(),
+    'cwd': os.getcwd(),
+}))
+"""
+
+
+def test_non_root_no_capabilities_not_pid1(session: Session) -> None:
+    os.environ["PYBOX_TEST_CANARY"] = "host-secret-canary"
+    try:
+        facts = report(run(session, IDENTITY))
+    finally:
+        del os.environ["PYBOX_TEST_CANARY"]
+    assert facts["uid"] == 1000
+    assert facts["euid"] == 1000
+    assert facts["gid"] == 1000
+    caps = facts["caps"]
+    assert isinstance(caps, dict)
+    assert set(caps.values()) == {"0000000000000000"}
+    assert facts["no_new_privs"] == "1"
+    assert facts["seccomp"] == "2"  # filter mode: the engine's default profile
+    assert facts["pid"] != 1  # the bootstrap holds PID 1, not the program
+    assert facts["ppid"] == 1
+    env = facts["env"]
+    assert isinstance(env, dict)
+    assert "PYBOX_TEST_CANARY" not in env
+    assert "host-secret-canary" not in json.dumps(env)
+    assert env["PYBOX_INPUT_DIR"] == "/pybox/input"
+    assert env["PYBOX_OUTPUT_DIR"] == "/pybox/output"
+    assert facts["hostname"] == "pybox"
+    assert facts["hostname"] != socket.gethostname()
+    assert facts["cwd"] == "/pybox/work"
+
+
+def test_bootstrap_is_not_traceable(session: Session) -> None:
+    facts = report(
+        run(
+            session,
+            "import json, os\n"
+            "out = {}\n"
+            "for path in ('/proc/1/environ', '/proc/1/fd/1', '/proc/1/mem'):\n"
+            "    try:\n"
+            "        open(path, 'rb').close(); out[path] = 'opened'\n"
+            "    except OSError as e:\n"
+            "        out[path] = e.errno\n"
+            "print(json.dumps(out))",
+        )
+    )
+    assert "opened" not in facts.values(), facts
+
+
+NETWORK = r"""
+import json, os, socket, sys
+gateway, port = sys.argv[1:3] if len(sys.argv) > 2 else (os.environ.get('GW'), 0)
+routes = open('/proc/net/route').read().splitlines()[1:]
+result = {'interfaces': sorted(os.listdir('/sys/class/net')), 'routes': routes,
+          'resolv': open('/etc/resolv.conf').read()}
+target = json.load(open('/pybox/input/target.json'))
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.settimeout(3)
+try:
+    s.connect((target['host'], target['port']))
+    result['connect'] = 'connected'
+except OSError as exc:
+    result['connect'] = exc.errno
+print(json.dumps(result))
+"""
+
+
+def _bridge_gateway() -> str | None:
+    """This machine's docker bridge address (a listener here is ours to start)."""
+    try:
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show", "docker0"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    except FileNotFoundError:
+        return None
+    for word in out.split():
+        if "/" in word and word[0].isdigit():
+            return word.split("/")[0]
+    return None
+
+
+def test_no_network(session: Session) -> None:
+    gateway = _bridge_gateway() or "127.0.0.1"
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((gateway, 0))
+    listener.listen(1)
+    try:
+        target = json.dumps({"host": gateway, "port": listener.getsockname()[1]}).encode()
+        facts = report(run(session, NETWORK, inputs=(InputFile("target.json", target),)))
+        # A connection that got through would be waiting in the backlog now.
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+    assert facts["interfaces"] == ["lo"]
+    assert facts["routes"] == []
+    assert facts["resolv"] == ""
+    assert facts["connect"] != "connected"
+
+
+FILESYSTEM = r"""
+import errno, json, os
+out = {}
+for path in ('/x', '/usr/x', '/etc/x', '/usr/lib/python3/x', '/var/x', '/root/x', '/dev/x',
+             '/sys/fs/cgroup/x'):
+    try:
+        open(path, 'w').close(); out[path] = 'written'
+    except OSError as exc:
+        out[path] = errno.errorcode[exc.errno]
+data = b'x' * (1 << 20)
+written = 0
+try:
+    with open('/tmp/fill', 'wb') as handle:
+        while True:
+            handle.write(data); handle.flush(); written += len(data)
+except OSError as exc:
+    out['fill'] = errno.errorcode[exc.errno]
+out['fill_bytes'] = written
+os.remove('/tmp/fill')
+mounts = [line.split() for line in open('/proc/self/mounts')]
+out['writable'] = sorted(m[1] for m in mounts if m[3].split(',')[0] == 'rw' and m[2] in ('tmpfs', 'overlay', 'ext4', 'xfs', 'btrfs'))
+out['opts'] = {m[1]: m[3] for m in mounts if m[1] in ('/tmp', '/pybox', '/dev/shm')}
+out['dev'] = sorted(os.listdir('/dev'))
+out['sock'] = [p for p in ('/var/run/docker.sock', '/run/docker.sock', '/run/podman/podman.sock') if os.path.exists(p)]
+try:
+    open('/pybox/input/data.txt', 'a').close(); out['input_write'] = 'written'
+except OSError as exc:
+    out['input_write'] = errno.errorcode[exc.errno]
+out['input'] = open(os.environ['PYBOX_INPUT_DIR'] + '/data.txt').read()
+print(json.dumps(out))
+"""
+
+
+def test_read_only_root_and_capped_tmpfs(session: Session) -> None:
+    outcome = run(
+        session,
+        FILESYSTEM,
+        inputs=(InputFile("data.txt", b"hello input"),),
+        limits=LimitRequest(writable_bytes=8 * MIB, memory_bytes=256 * MIB),
+    )
+    facts = report(outcome)
+    for path in ("/x", "/usr/x", "/etc/x", "/usr/lib/python3/x", "/var/x", "/root/x"):
+        assert facts[path] in ("EROFS", "EACCES"), (path, facts[path])
+    assert facts["/x"] == "EROFS"
+    assert facts["fill"] == "ENOSPC"
+    assert facts["fill_bytes"] <= 8 * MIB
+    opts = facts["opts"]
+    assert isinstance(opts, dict)
+    for mount in ("/tmp", "/pybox", "/dev/shm"):
+        assert {"nosuid", "nodev", "noexec"} <= set(opts[mount].split(",")), (mount, opts[mount])
+    # The only writable filesystems are the capped tmpfs mounts (and /dev, root-owned).
+    writable = facts["writable"]
+    assert isinstance(writable, list)
+    assert "/" not in writable
+    # /dev and /sys/fs/cgroup are root-owned (the uid cannot write there, see below); the
+    # engine masks /proc/keys and /proc/timer_list with /dev/null.
+    assert set(writable) <= {
+        "/tmp",
+        "/pybox",
+        "/dev/shm",
+        "/dev",
+        "/sys/fs/cgroup",
+        "/proc/keys",
+        "/proc/timer_list",
+    }
+    assert facts["/dev/x"] == "EACCES"
+    assert facts["/sys/fs/cgroup/x"] == "EACCES"
+    assert facts["sock"] == []
+    assert set(facts["dev"]) <= {
+        "null",
+        "zero",
+        "full",
+        "random",
+        "urandom",
+        "tty",
+        "ptmx",
+        "pts",
+        "shm",
+        "mqueue",
+        "fd",
+        "stdin",
+        "stdout",
+        "stderr",
+        "core",
+    }
+    assert facts["input_write"] == "EACCES"
+    assert facts["input"] == "hello input"
+
+
+def test_inputs_in_and_outputs_out(session: Session, tmp_path: Path) -> None:
+    code = r"""
+import os
+src = os.path.join(os.environ['PYBOX_INPUT_DIR'], 'sales.csv')
+rows = open(src).read().splitlines()
+out = os.environ['PYBOX_OUTPUT_DIR']
+os.makedirs(out + '/charts')
+open(out + '/total.txt', 'w').write(str(sum(int(r.split(',')[1]) for r in rows)))
+open(out + '/charts/data.bin', 'wb').write(bytes(range(256)) * 100)
+os.symlink('/etc/passwd', out + '/link')
+os.mkfifo(out + '/fifo')
+print('done')
+"""
+    files_dir = tmp_path / "staging"
+    files_dir.mkdir()
+    outcome = session.run(
+        RunRequest(
+            code=code.encode(),
+            inputs=(InputFile("sales.csv", b"a,1\nb,2\nc,39\n"),),
+            collect_outputs=True,
+        ),
+        files_dir=files_dir,
+    )
+    assert outcome.receipt.status is Status.SUCCEEDED, outcome.stderr
+    assert sorted(f.path for f in outcome.output_files) == ["charts/data.bin", "total.txt"]
+    assert (files_dir / "total.txt").read_text() == "42"
+    assert (files_dir / "charts" / "data.bin").read_bytes() == bytes(range(256)) * 100
+    skipped = {s.path: s.reason for s in outcome.receipt.reported_by_program.output_files_skipped}
+    assert skipped == {"link": "symbolic link", "fifo": "not a regular file"}
+    assert not (files_dir / "link").exists()
+
+
+def test_output_cap_marks_truncation(session: Session) -> None:
+    code = "import sys\nfor i in range(200000):\n    sys.stdout.write('%07d\\n' % i)\n"
+    outcome = session.run(
+        RunRequest(code=code.encode(), limits=LimitRequest(output_bytes=16 * 1024))
+    )
+    stream = outcome.receipt.reported_by_program.stdout
+    assert outcome.receipt.status is Status.SUCCEEDED
+    assert stream.truncated
+    assert stream.bytes_total == 1_600_000
+    assert stream.bytes_kept == 16 * 1024
+    assert outcome.stdout.startswith(b"0000000\n")
+    assert outcome.stdout.endswith(b"0199999\n")
+    assert b"[pybox: output truncated" in outcome.stdout
+
+
+def test_each_box_is_fresh(session: Session) -> None:
+    first = run(
+        session, "open('/tmp/marker', 'w').write('x'); open('/pybox/work/m', 'w').write('y')"
+    )
+    assert first.receipt.status is Status.SUCCEEDED
+    second = report(
+        run(
+            session,
+            "import json, os\nprint(json.dumps([os.path.exists('/tmp/marker'), "
+            "os.path.exists('/pybox/work/m')]))",
+        )
+    )
+    assert second == [False, False]  # type: ignore[comparison-overlap]
+
+
+@pytest.mark.parametrize("bad_id", ["sha256:" + "0" * 64])
+def test_unknown_image_id_is_refused(engine: Engine, tmp_path: Path, bad_id: str) -> None:
+    from pybox._adapters.state import StateStore
+    from pybox._core.errors import ImageError
+    from pybox._core.images import ImageRecord
+    from pybox._core.limits import Policy
+
+    state = StateStore(tmp_path)
+    state.record_image(
+        ImageRecord(
+            "stdlib", bad_id, "sha256:" + "1" * 64, "/usr/bin/python3", "2026-01-01T00:00:00Z"
+        )
+    )
+    with pytest.raises(ImageError, match="no longer in the engine"):
+        Session(engine, state, Policy()).run(RunRequest(code=b"print(1)"))
+    assert state.attempts() == {}

@@ -1,0 +1,139 @@
+"""The CLI's contract without an engine: exit codes and messages for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pybox._frontends.cli import main
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PYBOX_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("PYBOX_CONFIG", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2
+    assert "pybox --help" in capsys.readouterr().err
+
+
+def test_unknown_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["exec", "-", "--network", "host"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --network host" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--memory", "lots", "--memory: memory_mib must be a number in MiB, not 'lots'."),
+        ("--memory", "1.5", "must be a whole number of MiB"),
+        ("--timeout", "0", "below the minimum of 0.1 s"),
+        ("--pids", "-1", "below the minimum"),
+    ],
+)
+def test_bad_limit_values_are_rejected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, message: str
+) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    assert main(["exec", str(program), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_over_ceiling_is_rejected_without_an_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    assert main(["exec", str(program), "--timeout", "7200"]) == 2
+    assert "Requested 7200 s of wall-clock time; the maximum is 3600 s" in capsys.readouterr().err
+
+
+def test_unreachable_engine_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "images.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "images": {
+                    "stdlib": {
+                        "name": "stdlib",
+                        "image_id": "sha256:" + "1" * 64,
+                        "recipe_hash": "sha256:" + "2" * 64,
+                        "python_path": "/usr/bin/python3",
+                        "built_at": "2026-01-01T00:00:00Z",
+                    }
+                },
+            }
+        )
+    )
+    assert main(["exec", str(program)]) == 125
+    err = capsys.readouterr().err
+    assert "Cannot reach the container engine" in err
+    assert "the socket does not exist" in err
+
+
+def test_missing_image_says_how_to_build_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    assert main(["exec", str(program)]) == 125
+    assert "pybox setup --yes" in capsys.readouterr().err
+
+
+def test_tcp_docker_host_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
+    assert main(["doctor"]) == 0
+    assert "is not a unix socket" in capsys.readouterr().out
+
+
+def test_bad_config_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "pybox.toml"
+    config.write_text("[ceilings]\nmemory_mib = 'huge'\n")
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    assert main(["--config", str(config), "exec", str(program)]) == 2
+    assert "memory_mib must be a number in MiB" in capsys.readouterr().err
+
+
+def test_bad_input_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    missing = tmp_path / "nothing.csv"
+    assert main(["exec", str(program), "--input", str(missing)]) == 2
+    assert "Cannot read the input file" in capsys.readouterr().err
+
+
+def test_json_error_record_on_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print(1)\n")
+    assert main(["exec", str(program), "--json", "--memory", "999999"]) == 2
+    record = json.loads(capsys.readouterr().out)
+    assert record == {
+        "pybox_exec_version": 1,
+        "error": {
+            "kind": "limit_exceeded",
+            "message": "Requested 999999 MiB of memory; the maximum is 8192 MiB. Ask for at "
+            "most 8192 MiB, or have the operator raise ceilings.memory_mib.",
+        },
+    }
