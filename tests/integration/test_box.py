@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,11 +24,11 @@ def run(session: Session, code: str, **kwargs: object) -> RunOutcome:
     return session.run(RunRequest(code=code.encode(), **kwargs))  # type: ignore[arg-type]
 
 
-def report(outcome: RunOutcome) -> dict[str, object]:
+def report(outcome: RunOutcome) -> dict[str, Any]:
     assert outcome.receipt.status is Status.SUCCEEDED, outcome.stderr.decode() + str(
         outcome.receipt.cause
     )
-    value: dict[str, object] = json.loads(outcome.stdout)
+    value: dict[str, Any] = json.loads(outcome.stdout)
     return value
 
 
