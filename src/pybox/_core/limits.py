@@ -67,6 +67,7 @@ class LimitField:
     scale: int
     integral: bool
     minimum: float
+    unit_one: str = ""  # the unit's singular, where it differs
 
     def to_user(self, base_value: float) -> float:
         return base_value / self.scale
@@ -78,18 +79,19 @@ class LimitField:
     def describe(self, base_value: float) -> str:
         user = self.to_user(base_value)
         shown = f"{user:g}" if not float(user).is_integer() else f"{int(user)}"
-        return f"{shown} {self.unit}".rstrip()
+        unit = self.unit_one if user == 1 and self.unit_one else self.unit
+        return f"{shown} {unit}".rstrip()
 
 
 LIMIT_FIELDS: tuple[LimitField, ...] = (
     LimitField("timeout_s", "timeout_s", "wall-clock time", "s", 1, False, 0.1),
     LimitField("memory_bytes", "memory_mib", "memory", "MiB", MIB, True, 16),
-    LimitField("cpus", "cpus", "CPU", "CPUs", 1, False, 0.01),
-    LimitField("pids", "pids", "processes", "processes", 1, True, 8),
-    LimitField("open_files", "open_files", "open files", "files", 1, True, 32),
+    LimitField("cpus", "cpus", "CPU", "CPUs", 1, False, 0.01, "CPU"),
+    LimitField("pids", "pids", "processes", "processes", 1, True, 8, "process"),
+    LimitField("open_files", "open_files", "open files", "files", 1, True, 32, "file"),
     LimitField("writable_bytes", "writable_mib", "writable space per tmpfs", "MiB", MIB, True, 1),
     LimitField("output_bytes", "output_kib", "output per stream", "KiB", KIB, True, 1),
-    LimitField("output_files", "output_files", "returned files", "files", 1, True, 0),
+    LimitField("output_files", "output_files", "returned files", "files", 1, True, 0, "file"),
     LimitField(
         "output_files_bytes", "output_files_mib", "returned file bytes", "MiB", MIB, True, 0
     ),
