@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from pybox._adapters.engine import Engine
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import LABEL_OWNER, LABEL_RUN_ID
@@ -211,7 +213,10 @@ def test_controller_killed_halfway_is_swept_by_the_next_run(
     assert boxes(engine, run_id) == []
 
 
-def test_ctrl_c_stops_the_run_and_removes_the_box(engine: Engine, cli_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_stopping_the_controller_removes_the_box(
+    engine: Engine, cli_env: dict[str, str], signum: int
+) -> None:
     controller = subprocess.Popen(
         [sys.executable, "-m", "pybox", "exec", "-", "--timeout", "60"],
         stdin=subprocess.PIPE,
@@ -223,32 +228,12 @@ def test_ctrl_c_stops_the_run_and_removes_the_box(engine: Engine, cli_env: dict[
     controller.stdin.write(b"import time\ntime.sleep(60)\n")
     controller.stdin.close()
     box = _wait_for_box(engine, controller.pid)
-    controller.send_signal(signal.SIGINT)
+    os.kill(controller.pid, signum)
     controller.wait(timeout=30)
     assert controller.stderr is not None
     stderr = controller.stderr.read()
     assert controller.returncode == 130, stderr.decode()
-    assert b"stopped" in stderr
+    assert b"pybox: stopped" in stderr
     assert b"removed (confirmed)" in stderr
     assert b"Traceback" not in stderr
-    assert engine.inspect_container(str(box["Id"])) is None
-
-
-def test_sigterm_is_handled_like_ctrl_c(engine: Engine, cli_env: dict[str, str]) -> None:
-    controller = subprocess.Popen(
-        [sys.executable, "-m", "pybox", "exec", "-", "--timeout", "60"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=cli_env,
-    )
-    assert controller.stdin is not None
-    controller.stdin.write(b"import time\ntime.sleep(60)\n")
-    controller.stdin.close()
-    box = _wait_for_box(engine, controller.pid)
-    os.kill(controller.pid, signal.SIGTERM)
-    controller.wait(timeout=30)
-    assert controller.stderr is not None
-    stderr = controller.stderr.read()
-    assert controller.returncode == 130, stderr.decode()
     assert engine.inspect_container(str(box["Id"])) is None

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from pybox._core.errors import InvalidRequest
 from pybox._core.limits import LimitRequest
@@ -18,6 +19,24 @@ from pybox._orchestration.outputs import discard, prepare_destination, publish
 from pybox._orchestration.session import Session
 
 InputLike = InputFile | tuple[str, bytes]
+
+
+class RunOptions(TypedDict, total=False):
+    """The keyword arguments of `Client.run` and `run_container`."""
+
+    timeout_s: float | None
+    memory_bytes: int | None
+    cpus: float | None
+    pids: int | None
+    open_files: int | None
+    writable_bytes: int | None
+    output_bytes: int | None
+    inputs: Iterable[InputLike]
+    collect_outputs: bool
+    output_dir: str | os.PathLike[str] | None
+    image: str
+    code_name: str
+    cancel: threading.Event | None
 
 
 @dataclass(frozen=True)
@@ -162,35 +181,6 @@ class Client:
         return _result(outcome, files, destination)
 
 
-def run_container(
-    code: str | bytes,
-    *,
-    timeout_s: float | None = None,
-    memory_bytes: int | None = None,
-    cpus: float | None = None,
-    pids: int | None = None,
-    open_files: int | None = None,
-    writable_bytes: int | None = None,
-    output_bytes: int | None = None,
-    inputs: Iterable[InputLike] = (),
-    collect_outputs: bool = False,
-    output_dir: str | os.PathLike[str] | None = None,
-    image: str = "stdlib",
-    code_name: str = "main.py",
-) -> RunResult:
-    """Run `code` once in a fresh sealed box. See `Client.run` for the arguments."""
-    return Client().run(
-        code,
-        timeout_s=timeout_s,
-        memory_bytes=memory_bytes,
-        cpus=cpus,
-        pids=pids,
-        open_files=open_files,
-        writable_bytes=writable_bytes,
-        output_bytes=output_bytes,
-        inputs=inputs,
-        collect_outputs=collect_outputs,
-        output_dir=output_dir,
-        image=image,
-        code_name=code_name,
-    )
+def run_container(code: str | bytes, **options: Unpack[RunOptions]) -> RunResult:
+    """Run `code` once in a fresh sealed box. See `Client.run` for the options."""
+    return Client().run(code, **options)
