@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -236,4 +237,43 @@ def test_stopping_the_controller_removes_the_box(
     assert b"pybox: stopped" in stderr
     assert b"removed (confirmed)" in stderr
     assert b"Traceback" not in stderr
+    assert engine.inspect_container(str(box["Id"])) is None
+
+
+def test_backstop_ends_the_box_while_the_controller_is_frozen(
+    engine: Engine, cli_env: dict[str, str]
+) -> None:
+    """A controller that stops responding (SIGSTOP) cannot keep a box alive."""
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "pybox", "exec", "-", "--timeout", "1", "--json"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env,
+    )
+    assert controller.stdin is not None
+    controller.stdin.write(b"import time\ntime.sleep(60)\n")
+    controller.stdin.close()
+    controller.stdin = None  # closed above; communicate() must not flush it
+    box = _wait_for_box(engine, controller.pid)
+    os.kill(controller.pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 15
+        state: dict[str, object] = {}
+        while time.monotonic() < deadline:
+            found = engine.inspect_container(str(box["Id"]))
+            assert found is not None
+            state = found["State"]
+            if state["Status"] != "running":
+                break
+            time.sleep(0.2)
+        # Timeout 1 s + 2 s of grace, measured inside the box.
+        assert state["Status"] == "exited"
+        assert state["ExitCode"] == 124
+    finally:
+        os.kill(controller.pid, signal.SIGCONT)
+    out, err = controller.communicate(timeout=60)
+    record = json.loads(out)
+    assert controller.returncode == 124, err.decode()
+    assert record["status"] == "timed_out"
     assert engine.inspect_container(str(box["Id"])) is None

@@ -31,6 +31,8 @@ CHUNK = 65536
 K_READY, K_STARTED, K_STDOUT, K_STDERR = b"R", b"S", b"1", b"2"
 K_FILE, K_DATA, K_EXIT, K_ERROR, K_FILES_DONE = b"F", b"D", b"X", b"E", b"Z"
 BACKSTOP_EXIT = 124
+# pybox acknowledges at once; a frozen or dead pybox must not keep the box long.
+ACK_WAIT_S = 2.0
 WORK, INPUT, OUTPUT = "/pybox/work", "/pybox/input", "/pybox/output"
 
 
@@ -384,7 +386,7 @@ def main():
         sent, skipped = send_outputs(header["max_files"], header["max_file_bytes"])
         send_json(K_FILES_DONE, {"files_sent": sent, "files_skipped": skipped})
     # Stay alive until pybox has taken its last kernel sample, or for a short while.
-    ready, _, _ = select.select([0], [], [], 10.0)
+    ready, _, _ = select.select([0], [], [], ACK_WAIT_S)
     if ready:
         os.read(0, 1)
     if backstop:
