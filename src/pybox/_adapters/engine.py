@@ -191,7 +191,12 @@ class DockerAttachStream:
 
     def send(self, data: bytes) -> None:
         self._sock.settimeout(DEFAULT_TIMEOUT_S)
-        self._sock.sendall(data)
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            raise EngineError(
+                f"Lost the attach connection to the box while sending: {exc}"
+            ) from exc
 
     def _take(self) -> tuple[int, bytes] | None:
         """One chunk from the buffer, if the buffer holds one."""
@@ -215,10 +220,15 @@ class DockerAttachStream:
             return chunk
         if self._ended:
             return (0, b"")
-        readable, _, _ = select.select([self._sock], [], [], max(timeout_s, 0.0))
-        if not readable:
-            return None
-        data = self._sock.recv(262144)
+        try:
+            readable, _, _ = select.select([self._sock], [], [], max(timeout_s, 0.0))
+            if not readable:
+                return None
+            data = self._sock.recv(262144)
+        except OSError as exc:
+            raise EngineError(
+                f"Lost the attach connection to the box while reading: {exc}"
+            ) from exc
         if not data:
             self._ended = True
             return (0, b"")
