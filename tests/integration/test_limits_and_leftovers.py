@@ -177,20 +177,30 @@ def _wait_for_box(engine: Engine, owner_pid: int, timeout_s: float = 20.0) -> di
     raise AssertionError("the controller never started its box")
 
 
+def _start_controller(
+    engine: Engine, env: dict[str, str], code: bytes, timeout_s: str, *extra: str
+) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
+    """`pybox exec -` in a process of its own, once its box is running."""
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "pybox", "exec", "-", "--timeout", timeout_s, *extra],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert controller.stdin is not None
+    controller.stdin.write(code)
+    controller.stdin.close()
+    controller.stdin = None  # closed; communicate() must not flush it
+    return controller, _wait_for_box(engine, controller.pid)
+
+
 def test_controller_killed_halfway_is_swept_by_the_next_run(
     session: Session, engine: Engine, cli_env: dict[str, str]
 ) -> None:
-    controller = subprocess.Popen(
-        [sys.executable, "-m", "pybox", "exec", "-", "--timeout", "3"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=cli_env,
+    controller, box = _start_controller(
+        engine, cli_env, b"import time\nprint('working', flush=True)\ntime.sleep(60)\n", "3"
     )
-    assert controller.stdin is not None
-    controller.stdin.write(b"import time\nprint('working', flush=True)\ntime.sleep(60)\n")
-    controller.stdin.close()
-    box = _wait_for_box(engine, controller.pid)
     controller.send_signal(signal.SIGKILL)
     controller.wait()
     labels = box["Labels"]
@@ -218,21 +228,9 @@ def test_controller_killed_halfway_is_swept_by_the_next_run(
 def test_stopping_the_controller_removes_the_box(
     engine: Engine, cli_env: dict[str, str], signum: int
 ) -> None:
-    controller = subprocess.Popen(
-        [sys.executable, "-m", "pybox", "exec", "-", "--timeout", "60"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=cli_env,
-    )
-    assert controller.stdin is not None
-    controller.stdin.write(b"import time\ntime.sleep(60)\n")
-    controller.stdin.close()
-    box = _wait_for_box(engine, controller.pid)
+    controller, box = _start_controller(engine, cli_env, b"import time\ntime.sleep(60)\n", "60")
     os.kill(controller.pid, signum)
-    controller.wait(timeout=30)
-    assert controller.stderr is not None
-    stderr = controller.stderr.read()
+    _, stderr = controller.communicate(timeout=30)
     assert controller.returncode == 130, stderr.decode()
     assert b"pybox: stopped" in stderr
     assert b"removed (confirmed)" in stderr
@@ -244,18 +242,9 @@ def test_backstop_ends_the_box_while_the_controller_is_frozen(
     engine: Engine, cli_env: dict[str, str]
 ) -> None:
     """A controller that stops responding (SIGSTOP) cannot keep a box alive."""
-    controller = subprocess.Popen(
-        [sys.executable, "-m", "pybox", "exec", "-", "--timeout", "1", "--json"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=cli_env,
+    controller, box = _start_controller(
+        engine, cli_env, b"import time\ntime.sleep(60)\n", "1", "--json"
     )
-    assert controller.stdin is not None
-    controller.stdin.write(b"import time\ntime.sleep(60)\n")
-    controller.stdin.close()
-    controller.stdin = None  # closed above; communicate() must not flush it
-    box = _wait_for_box(engine, controller.pid)
     os.kill(controller.pid, signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 15
