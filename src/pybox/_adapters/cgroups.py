@@ -8,7 +8,7 @@ takes a last sample while the bootstrap waits for pybox's acknowledgement.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pybox._core.receipt import KernelObserved, Unknown
@@ -267,18 +267,16 @@ def empty_observation(interval_s: float) -> KernelObserved:
     )
 
 
-SamplerFactory = Callable[[str, str], "CgroupSampler | None"]
+# Opens a sampler for a started box, by container ID (None: its cgroup is not found).
+SamplerFactory = Callable[[str], "CgroupSampler | None"]
 
 
 def local_sampler_factory(interval_s: float, root: str = CGROUP_ROOT) -> SamplerFactory:
-    """Open samplers on this machine's cgroup filesystem."""
+    """Open samplers on this machine's cgroup filesystem. Boxes have no custom
+    cgroup parent (the posture requires the engine's own)."""
 
-    def factory(container_id: str, cgroup_parent: str) -> CgroupSampler | None:
-        location = locate(container_id, cgroup_parent, root)
+    def factory(container_id: str) -> CgroupSampler | None:
+        location = locate(container_id, "", root)
         return None if location is None else CgroupSampler(location, interval_s)
 
     return factory
-
-
-def describe_files(location: CgroupLocation) -> Iterable[str]:
-    return sorted(location.files.values())

@@ -15,13 +15,12 @@ import hashlib
 import secrets
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pybox._adapters.cgroups import CgroupSampler, empty_observation
+from pybox._adapters.cgroups import CgroupSampler, SamplerFactory, empty_observation
 from pybox._adapters.engine import AttachStream, Engine, JSONObject
 from pybox._adapters.state import StateStore
 from pybox._core import wire
@@ -72,8 +71,6 @@ DRAIN_AFTER_KILL_S = 5.0
 DRAIN_AFTER_EXIT_S = 15.0
 BOOTSTRAP_DIAGNOSTICS_BYTES = 16384
 CANCEL_POLL_S = 0.1
-
-SamplerFactory = Callable[[str], CgroupSampler | None]
 
 
 @dataclass(frozen=True)

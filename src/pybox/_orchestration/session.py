@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pybox._adapters.cgroups import CgroupSampler, local_sampler_factory
+from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.engine import DockerEngine, Engine, find_endpoint
 from pybox._adapters.host import current_owner, owner_alive
@@ -46,7 +46,7 @@ class Session:
         policy: Policy,
         *,
         owner: str | None = None,
-        sampler_factory: Callable[[str], CgroupSampler | None] | None = None,
+        sampler_factory: SamplerFactory | None = None,
         is_owner_alive: Callable[[str], bool | None] = owner_alive,
         runtime: str = "runc",
     ) -> None:
@@ -56,8 +56,7 @@ class Session:
         self.policy = policy
         self.owner = owner or current_owner()
         self.is_owner_alive = is_owner_alive
-        local = local_sampler_factory(SAMPLE_INTERVAL_S)
-        self._sampler_factory = sampler_factory or (lambda container_id: local(container_id, ""))
+        self._sampler_factory = sampler_factory or local_sampler_factory(SAMPLE_INTERVAL_S)
         self._runtime = runtime
         self._bootstrap = bootstrap_source()
         self._swept = False
