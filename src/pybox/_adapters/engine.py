@@ -14,7 +14,7 @@ import os
 import select
 import socket
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +28,8 @@ MAX_API_VERSION = (1, 47)
 DEFAULT_TIMEOUT_S = 60.0
 
 JSONObject = dict[str, Any]
+# Pairs rather than a mapping where a parameter repeats (the import's `changes`).
+Query = Mapping[str, str] | Sequence[tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -296,7 +298,7 @@ class DockerEngine:
 
     # -- plumbing -------------------------------------------------------------
 
-    def _path(self, path: str, query: Mapping[str, str] | None, versioned: bool) -> str:
+    def _path(self, path: str, query: Query | None, versioned: bool) -> str:
         full = f"/v{self._api_version}{path}" if versioned else path
         if query:
             full += "?" + urllib.parse.urlencode(query)
@@ -311,7 +313,7 @@ class DockerEngine:
         method: str,
         path: str,
         *,
-        query: Mapping[str, str] | None = None,
+        query: Query | None = None,
         body: JSONObject | None = None,
         stream_body: Iterable[bytes] | None = None,
         content_type: str = "application/json",
@@ -515,27 +517,16 @@ class DockerEngine:
     def import_image(
         self, tar_chunks: Iterable[bytes], repo: str, tag: str, changes: list[str]
     ) -> str:
-        query: dict[str, str] = {"fromSrc": "-", "repo": repo, "tag": tag}
-        path = "/images/create"
-        if changes:
-            # The API takes `changes` as a repeated query parameter.
-            extra = "&".join("changes=" + urllib.parse.quote(c, safe="") for c in changes)
-            status, raw = self._request(
-                "POST",
-                path + "?" + urllib.parse.urlencode(query) + "&" + extra,
-                stream_body=tar_chunks,
-                content_type="application/x-tar",
-                timeout_s=1800.0,
-            )
-        else:
-            status, raw = self._request(
-                "POST",
-                path,
-                query=query,
-                stream_body=tar_chunks,
-                content_type="application/x-tar",
-                timeout_s=1800.0,
-            )
+        query = [("fromSrc", "-"), ("repo", repo), ("tag", tag)]
+        query += [("changes", change) for change in changes]
+        status, raw = self._request(
+            "POST",
+            "/images/create",
+            query=query,
+            stream_body=tar_chunks,
+            content_type="application/x-tar",
+            timeout_s=1800.0,
+        )
         if status != 200:
             message = _engine_message(raw)
             raise EngineAPIError(

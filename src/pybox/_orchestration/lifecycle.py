@@ -214,7 +214,7 @@ class BoxRun:
                 self.sandbox_error = f"The engine failed during the run: {exc}"
         finally:
             # Every path, including Ctrl-C and engine errors, ends here.
-            self._close_sampler()
+            self._close_observers()
             self._remove()
             if self.removal_confirmed:
                 self.context.state.finish_attempt(self.run_id)
@@ -408,7 +408,8 @@ class BoxRun:
     def _diagnostics_text(self) -> str:
         return self.diagnostics.decode("utf-8", "replace").strip()[-2000:]
 
-    def _close_sampler(self) -> None:
+    def _close_observers(self) -> None:
+        """Fold in the kernel samples and close any half-received file."""
         if self.sampler is not None:
             self.kernel, unknown = self.sampler.observation()
             self.unknown.extend(unknown)
