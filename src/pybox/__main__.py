@@ -1,3 +1,3 @@
-from pybox._frontends.cli import main
+from pybox._main import main
 
 raise SystemExit(main())

@@ -11,16 +11,19 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pybox._adapters.engine import DockerEngine, Engine, find_endpoint
+from pybox._adapters.host import current_owner, owner_alive
 from pybox._adapters.state import StateStore, default_state_dir
 from pybox._core.errors import PyboxError
 from pybox._core.limits import Policy
-from pybox._core.posture import LABEL_MANAGED
+from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
 from pybox._orchestration.session import Session
 
 REQUIRE = os.environ.get("PYBOX_REQUIRE_ENGINE") == "1"
@@ -72,9 +75,27 @@ def nothing_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     before = {c["Id"] for c in engine.list_containers({LABEL_MANAGED: "1"})}
     yield
-    after = {c["Id"] for c in engine.list_containers({LABEL_MANAGED: "1"})}
-    left = after - before
+    left: set[str] = set()
+    for _ in range(20):  # a box of another process may still be on its way out
+        left = {
+            str(c["Id"])
+            for c in engine.list_containers({LABEL_MANAGED: "1"})
+            if c["Id"] not in before and not _owned_by_another_live_process(c)
+        }
+        if not left:
+            break
+        time.sleep(0.5)
     assert not left, f"{len(left)} pybox box(es) left behind by the tests: {sorted(left)}"
+
+
+def _owned_by_another_live_process(container: dict[str, Any]) -> bool:
+    """Boxes of other pybox processes running beside this suite are not its leftovers.
+
+    Boxes made by this suite carry this process's owner or that of a CLI
+    subprocess it started, which has exited by the end of the suite.
+    """
+    owner = (container.get("Labels") or {}).get(LABEL_OWNER, "")
+    return owner != current_owner() and owner_alive(owner) is True
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

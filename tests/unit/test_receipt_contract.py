@@ -12,7 +12,7 @@ from referencing import Registry, Resource
 
 from pybox._core.limits import LimitRequest
 from pybox._core.request import RunRequest
-from pybox._frontends.cli import _exec_json
+from pybox._frontends.cli._exec import exec_json as _exec_json
 from pybox._orchestration.session import Session
 from tests.unit.fake_engine import FakeEngine, Script
 

@@ -1,0 +1,66 @@
+"""What every `pybox` command shares: the parser class, messages, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from pybox._core.errors import InvalidRequest
+from pybox._core.receipt import Receipt, Status
+from pybox._orchestration.session import Session
+
+EXIT_TIMED_OUT = 124
+EXIT_PYBOX_FAILED = 125
+EXIT_REJECTED = 2
+EXIT_STOPPED = 130
+
+# What `add_subparsers()` returns; argparse does not name the type publicly.
+Commands = Any
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_REJECTED, f"pybox: {message}. Run `{self.prog} --help` for the options.\n")
+
+
+def say(message: str, stream: TextIO | None = None) -> None:
+    target = stream or sys.stderr
+    target.write(message + "\n")
+    target.flush()
+
+
+def progress(message: str) -> None:
+    say(f"pybox: {message}")
+
+
+def open_session(args: argparse.Namespace) -> Session:
+    return Session.open(os.environ, args.config)
+
+
+def status_exit_code(receipt: Receipt) -> int:
+    if receipt.status is Status.TIMED_OUT:
+        return EXIT_TIMED_OUT
+    if receipt.status is Status.STOPPED:
+        return EXIT_STOPPED
+    if receipt.status is Status.SANDBOX_ERROR or receipt.exit_code is None:
+        return EXIT_PYBOX_FAILED
+    return receipt.exit_code
+
+
+def read_file(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidRequest(f"Cannot read the {what} {path}: {exc.strerror or exc}.") from exc
+
+
+def error_kind(exc: BaseException) -> str:
+    """`LimitExceeded` -> `limit_exceeded`, `EngineAPIError` -> `engine_api_error`."""
+    return re.sub(
+        r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", type(exc).__name__
+    ).lower()

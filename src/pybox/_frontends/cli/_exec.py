@@ -1,0 +1,179 @@
+"""`pybox exec`: run one program in a fresh box."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
+from pybox._core.limits import FIELDS_BY_KEY, LimitRequest, parse_user_value
+from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
+from pybox._frontends.cli._common import (
+    EXIT_PYBOX_FAILED,
+    EXIT_STOPPED,
+    Commands,
+    error_kind,
+    open_session,
+    read_file,
+    say,
+    status_exit_code,
+)
+from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
+from pybox._orchestration.outputs import discard, prepare_destination, publish
+
+EXEC_JSON_VERSION = 1
+
+# CLI flag -> configuration key (user units); one table for all limit flags.
+LIMIT_FLAGS: dict[str, tuple[str, str]] = {
+    "--timeout": ("timeout_s", "wall-clock limit in seconds"),
+    "--memory": ("memory_mib", "memory limit in MiB (swap is never allowed)"),
+    "--cpus": ("cpus", "CPU limit, in CPUs (for example 0.5)"),
+    "--pids": ("pids", "most processes and threads at once"),
+    "--open-files": ("open_files", "most open files per process"),
+    "--writable": ("writable_mib", "size of each writable tmpfs in MiB"),
+    "--output-limit": ("output_kib", "output kept per stream in KiB (head and tail)"),
+}
+
+
+def add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """The per-run limit flags, shared by every command that runs a box."""
+    for flag, (key, help_text) in LIMIT_FLAGS.items():
+        parser.add_argument(
+            flag, metavar=FIELDS_BY_KEY[key].unit.upper().replace(" ", "_"), help=help_text
+        )
+
+
+def limit_request(args: argparse.Namespace) -> LimitRequest:
+    values: dict[str, float | int] = {}
+    for flag, (key, _) in LIMIT_FLAGS.items():
+        raw = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if raw is None:
+            continue
+        try:
+            values[FIELDS_BY_KEY[key].attr] = parse_user_value(key, raw, flag)
+        except ConfigError as exc:
+            raise InvalidRequest(str(exc)) from None
+    return LimitRequest(**values)  # type: ignore[arg-type]
+
+
+def _exec_request(args: argparse.Namespace) -> RunRequest:
+    if args.program == "-":
+        code, code_name = sys.stdin.buffer.read(), "main.py"
+    else:
+        code = read_file(args.program, "program")
+        name = os.path.basename(args.program)
+        code_name = name if CODE_NAME_RE.fullmatch(name) else "main.py"
+    inputs = []
+    for path in args.input or []:
+        name = check_input_name(os.path.basename(path.rstrip("/")))
+        inputs.append(InputFile(name, read_file(path, "input file")))
+    return RunRequest(
+        code=code,
+        code_name=code_name,
+        inputs=tuple(inputs),
+        limits=limit_request(args),
+        image=args.image,
+        collect_outputs=args.output is not None,
+    )
+
+
+def exec_json(outcome: RunOutcome, output_dir: Path | None) -> dict[str, Any]:
+    receipt = outcome.receipt
+    return {
+        "pybox_exec_version": EXEC_JSON_VERSION,
+        "status": receipt.status.value,
+        "exit_code": receipt.exit_code,
+        "stdout": outcome.stdout.decode("utf-8", "replace"),
+        "stderr": outcome.stderr.decode("utf-8", "replace"),
+        "stdout_truncated": receipt.reported_by_program.stdout.truncated,
+        "stderr_truncated": receipt.reported_by_program.stderr.truncated,
+        "output_dir": None if output_dir is None else str(output_dir),
+        "output_files": [
+            {"path": f.path, "size_bytes": f.size_bytes, "sha256": f.sha256}
+            for f in outcome.output_files
+        ],
+        "receipt": receipt.to_dict(),
+    }
+
+
+def _json_error(exc: PyboxError) -> str:
+    return json.dumps(
+        {
+            "pybox_exec_version": EXEC_JSON_VERSION,
+            "error": {"kind": error_kind(exc), "message": str(exc)},
+        }
+    )
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    try:
+        request = _exec_request(args)
+        session = open_session(args)
+        session.resolve(request)  # a bad request is refused before the engine is touched
+        destination = Path(args.output).absolute() if args.output is not None else None
+        staging = prepare_destination(destination) if destination is not None else None
+    except PyboxError as exc:
+        if args.json:
+            say(_json_error(exc), sys.stdout)
+        raise
+    interrupted = False
+    try:
+        outcome = session.run(request, files_dir=staging)
+    except RunInterrupted as stop:
+        # Ctrl-C or SIGTERM: the box is gone; show what the run produced so far.
+        outcome, interrupted = stop.outcome, True
+    except PyboxError as exc:
+        if staging is not None:
+            discard(staging)
+        if args.json:
+            say(_json_error(exc), sys.stdout)
+        raise
+    except BaseException:
+        if staging is not None:
+            discard(staging)
+        raise
+    publish_error: PyboxError | None = None
+    if destination is not None and staging is not None:
+        try:
+            publish(staging, destination)
+        except PyboxError as exc:
+            # Nothing is lost: the files stay in the staging directory, which is reported.
+            publish_error, destination = exc, staging
+    _print_outcome(args, outcome, destination)
+    if publish_error is not None:
+        say(f"pybox: {publish_error}")
+        return EXIT_PYBOX_FAILED
+    return EXIT_STOPPED if interrupted else status_exit_code(outcome.receipt)
+
+
+def _print_outcome(args: argparse.Namespace, outcome: RunOutcome, destination: Path | None) -> None:
+    if args.json:
+        say(json.dumps(exec_json(outcome, destination)), sys.stdout)
+        return
+    sys.stdout.buffer.write(outcome.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(outcome.stderr)
+    sys.stderr.flush()
+    for line in outcome.receipt.summary_lines():
+        say(line)
+    if destination is not None:
+        say(f"  files:  {len(outcome.output_files)} written to {destination}")
+
+
+def register(commands: Commands) -> None:
+    run = commands.add_parser("exec", help="run a program in a fresh box")
+    run.add_argument("program", help="the Python file to run, or - to read it from stdin")
+    run.add_argument(
+        "--input", action="append", metavar="FILE", help="a file the program can read (repeatable)"
+    )
+    run.add_argument(
+        "--output", metavar="DIR", help="a new or empty directory for the files the program returns"
+    )
+    add_limit_flags(run)
+    run.add_argument("--image", default="stdlib", help="a recorded image (default: stdlib)")
+    run.add_argument("--json", action="store_true", help="print one JSON record on stdout")
+    run.set_defaults(handler=cmd_exec)

@@ -1,0 +1,122 @@
+"""`pybox setup` and `pybox image`: build, record and list images."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pybox._core.errors import InvalidRequest, PyboxError
+from pybox._core.limits import LimitRequest
+from pybox._core.receipt import Status
+from pybox._core.request import RunRequest
+from pybox._frontends.cli._common import ArgumentParser, Commands, open_session, progress, say
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    mode = "" if args.yes else " (dry run: nothing will be changed)"
+    say(f"pybox setup{mode}")
+    session = open_session(args)
+    engine = session.engine_facts()
+    say(f"  engine: {engine.endpoint}, Docker {engine.server_version}, API {engine.api_version}")
+    say(f"  state:  {session.state.root}")
+    plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
+    if plan.up_to_date and plan.recorded is not None:
+        say(f"  image:  stdlib is built and recorded ({plan.recorded.image_id[:19]})")
+    else:
+        say(
+            f"  image:  {'building' if args.yes else 'would build'} stdlib as {plan.reference}: "
+            f"Debian {plan.recipe.suite} minbase + python3 from {plan.recipe.mirror} "
+            f"(mirror found in {plan.mirror_found_in}), with debootstrap in a temporary "
+            "folder that is removed afterwards"
+        )
+    if not args.yes:
+        say("  then:   would run print(6*7) in a fresh box to check the whole path")
+        say("Run `pybox setup --yes` to do this.")
+        return 0
+    session.build_stdlib(plan, progress, force=args.force)
+    outcome = session.run(RunRequest(code=b"print(6*7)\n", limits=LimitRequest(timeout_s=30.0)))
+    receipt = outcome.receipt
+    if receipt.status is not Status.SUCCEEDED or outcome.stdout != b"42\n":
+        for line in receipt.summary_lines():
+            say(line)
+        raise PyboxError("The check run did not print 42; see the receipt above.")
+    say(
+        "  check:  print(6*7) -> 42 in a fresh box "
+        f"({receipt.observed_by_engine.posture_fields_checked} "
+        "settings verified, box removed and confirmed gone)"
+    )
+    say("pybox is ready: echo 'print(6*7)' | pybox exec -")
+    return 0
+
+
+def cmd_image_build(args: argparse.Namespace) -> int:
+    if args.name != "stdlib":
+        raise InvalidRequest(
+            f"Only the stdlib image can be built in this version, not {args.name!r}."
+        )
+    session = open_session(args)
+    plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
+    record = session.build_stdlib(plan, progress, force=args.force)
+    say(f"{record.name} {record.image_id} {record.recipe_hash}", sys.stdout)
+    return 0
+
+
+def cmd_image_list(args: argparse.Namespace) -> int:
+    session = open_session(args)
+    statuses = session.check_images()
+    if args.json:
+        say(
+            json.dumps(
+                [
+                    {
+                        "name": s.record.name,
+                        "image_id": s.record.image_id,
+                        "recipe_hash": s.record.recipe_hash,
+                        "built_at": s.record.built_at,
+                        "present": s.present,
+                        "problem": s.problem,
+                    }
+                    for s in statuses
+                ]
+            ),
+            sys.stdout,
+        )
+        return 0
+    if not statuses:
+        say("No images recorded. Run `pybox setup --yes`.", sys.stdout)
+    for s in statuses:
+        state = "ok" if s.problem is None else s.problem
+        say(
+            f"{s.record.name:<12} {s.record.image_id[:19]}  built {s.record.built_at}  {state}",
+            sys.stdout,
+        )
+    return 0
+
+
+def _add_build_source_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mirror", help="Debian mirror URL (default: from this machine's apt sources)"
+    )
+    parser.add_argument("--suite", help="Debian suite (default: this machine's)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+
+
+def register(commands: Commands) -> None:
+    setup = commands.add_parser("setup", help="check the engine and build the stdlib image")
+    setup.add_argument("--yes", action="store_true", help="do it (without it: a dry run)")
+    _add_build_source_flags(setup)
+    setup.set_defaults(handler=cmd_setup)
+
+    image = commands.add_parser("image", help="build and list images")
+    image_commands = image.add_subparsers(
+        dest="image_command", metavar="ACTION", parser_class=ArgumentParser
+    )
+    image_commands.required = True
+    build = image_commands.add_parser("build", help="build an image")
+    build.add_argument("name", help="image name (stdlib)")
+    _add_build_source_flags(build)
+    build.set_defaults(handler=cmd_image_build)
+    listing = image_commands.add_parser("list", help="list recorded images")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=cmd_image_list)

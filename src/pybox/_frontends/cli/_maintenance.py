@@ -1,0 +1,76 @@
+"""`pybox sweep`, `pybox doctor` and `pybox version`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from pybox._frontends.cli._common import EXIT_PYBOX_FAILED, Commands, open_session, say
+from pybox._orchestration.doctor import diagnose
+from pybox._version import __version__
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    report = open_session(args).sweep()
+    for name in report.removed:
+        say(f"removed {name} (confirmed gone)", sys.stdout)
+    for name, why in report.kept:
+        say(f"kept {name}: {why}", sys.stdout)
+    for name in report.not_confirmed:
+        say(f"could NOT confirm {name} removed", sys.stdout)
+    if not (report.removed or report.kept or report.not_confirmed):
+        say("no pybox boxes found", sys.stdout)
+    return EXIT_PYBOX_FAILED if report.not_confirmed else 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    report = diagnose(os.environ, args.config)
+    if args.json:
+        say(json.dumps(report, indent=2), sys.stdout)
+        return 0
+    out = sys.stdout
+    platform_facts = report["platform"]
+    say(
+        f"pybox {report['pybox_version']} on {platform_facts['system']} "
+        f"{platform_facts['machine']}, Python {platform_facts['python']}",
+        out,
+    )
+    engine = report.get("engine")
+    if engine:
+        say(f"engine: {engine['socket']} (found by {engine['found_by']})", out)
+        if engine.get("reachable"):
+            say(
+                f"        Docker {engine['server_version']}, API {engine['api_version']}, cgroup v"
+                f"{engine['cgroup_version']} ({engine['cgroup_driver']}), "
+                f"runtimes {', '.join(engine['runtimes'])}",
+                out,
+            )
+    for image in report.get("images", []):
+        say(
+            f"image:  {image['name']} {image['image_id'][:19]} {image['problem'] or 'ok'}",
+            out,
+        )
+    boxes = report.get("boxes", [])
+    say(f"boxes:  {len(boxes)} pybox box(es) exist", out)
+    for problem in report["problems"]:
+        say(f"problem: {problem['what']}: {problem['detail']} -> next: {problem['next']}", out)
+    if not report["problems"]:
+        say("no problems found", out)
+    return 0
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    say(f"pybox {__version__}", sys.stdout)
+    return 0
+
+
+def register(commands: Commands) -> None:
+    sweep = commands.add_parser("sweep", help="remove boxes left by runs that died")
+    sweep.set_defaults(handler=cmd_sweep)
+    doctor = commands.add_parser("doctor", help="read-only check of engine, images and leftovers")
+    doctor.add_argument("--json", action="store_true")
+    doctor.set_defaults(handler=cmd_doctor)
+    version = commands.add_parser("version", help="print the version")
+    version.set_defaults(handler=cmd_version)
