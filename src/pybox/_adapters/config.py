@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pybox._adapters.state import default_state_dir
 from pybox._core.errors import ConfigError
 from pybox._core.limits import FIELDS_BY_KEY, Policy
+from pybox._core.pool import PoolSettings
 
-CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir")
+CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "pool")
+POOL_ENV = {
+    "PYBOX_POOL_BOXES": "boxes_per_profile",
+    "PYBOX_POOL_IDLE_S": "idle_s",
+    "PYBOX_POOL_MEMORY_MIB": "memory_budget_mib",
+}
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,7 @@ class Settings:
     state_dir: Path
     config_file: Path | None
     sources: tuple[str, ...]
+    pool: PoolSettings = field(default_factory=PoolSettings)
 
 
 def config_file_path(environ: Mapping[str, str], explicit: str | None) -> tuple[Path | None, bool]:
@@ -53,7 +60,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def _section(data: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
     section = data.get(name, {})
     if not isinstance(section, dict):
-        raise ConfigError(f"{path}: [{name}] must be a table of limits, not {section!r}.")
+        raise ConfigError(f"{path}: [{name}] must be a table of settings, not {section!r}.")
     return section
 
 
@@ -71,6 +78,7 @@ def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, st
 
 def load_settings(environ: Mapping[str, str], config_path: str | None = None) -> Settings:
     policy = Policy()
+    pool = PoolSettings()
     sources = ["built-in"]
     state_dir = default_state_dir(environ)
     path, explicit = config_file_path(environ, config_path)
@@ -94,10 +102,16 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
             if not isinstance(data["state_dir"], str):
                 raise ConfigError(f"{path}: state_dir must be a path string.")
             state_dir = Path(data["state_dir"]).expanduser()
+        pool = pool.with_settings(_section(data, "pool", path), str(path))
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
     if env_defaults or env_ceilings:
         policy = policy.with_settings(env_defaults, env_ceilings, "environment")
         sources.append("environment")
-    return Settings(policy, state_dir, used_file, tuple(sources))
+    env_pool = {key: environ[name] for name, key in POOL_ENV.items() if name in environ}
+    if env_pool:
+        pool = pool.with_settings(env_pool, "environment")
+        if "environment" not in sources:
+            sources.append("environment")
+    return Settings(policy, state_dir, used_file, tuple(sources), pool)
