@@ -4,13 +4,18 @@ Layers, later ones winning: built-in defaults and ceilings; the config file
 (`--config`, else `PYBOX_CONFIG`, else `$XDG_CONFIG_HOME/pybox/config.toml`);
 environment variables `PYBOX_DEFAULT_<KEY>` and `PYBOX_MAX_<KEY>`. Front ends
 that accept operator flags (such as `pybox mcp --max-memory`) apply them last.
+
+Where boxes run: `platform = "auto" | "linux" | "colima"` in the file, or
+`PYBOX_PLATFORM` (for tests and unusual setups); "auto" means Colima on macOS
+and the local engine elsewhere. A `[colima]` table names trusted `colima` and
+`docker` executables and the VM's `cpus`, `memory_gib` and `disk_gib`.
 """
 
 from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +23,20 @@ from pybox._adapters.state import default_state_dir
 from pybox._core.errors import ConfigError
 from pybox._core.limits import FIELDS_BY_KEY, Policy
 
-CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir")
+CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "platform", "colima")
+PLATFORMS = ("auto", "linux", "colima")
+COLIMA_KEYS = {"colima": str, "docker": str, "cpus": int, "memory_gib": int, "disk_gib": int}
+
+
+@dataclass(frozen=True)
+class ColimaSettings:
+    """The `[colima]` table: explicit tool paths and the VM's size (macOS)."""
+
+    colima: str | None = None
+    docker: str | None = None
+    cpus: int = 2
+    memory_gib: int = 2
+    disk_gib: int = 20
 
 
 @dataclass(frozen=True)
@@ -27,6 +45,35 @@ class Settings:
     state_dir: Path
     config_file: Path | None
     sources: tuple[str, ...]
+    # "auto" (from the operating system), "linux" or "colima"; PYBOX_PLATFORM wins.
+    platform: str = "auto"
+    platform_source: str = "built-in"
+    colima: ColimaSettings = field(default_factory=ColimaSettings)
+
+
+def _colima_settings(data: Any, path: Path) -> ColimaSettings:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: [colima] must be a table, not {data!r}.")
+    unknown = sorted(set(data) - set(COLIMA_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown [colima] setting(s) {', '.join(unknown)}. Known: "
+            f"{', '.join(COLIMA_KEYS)}."
+        )
+    for key, value in data.items():
+        kind = COLIMA_KEYS[key]
+        if type(value) is not kind or (isinstance(value, int) and value < 1):
+            what = "a positive whole number" if kind is int else "a path string"
+            raise ConfigError(f"{path}: colima.{key} must be {what}, not {value!r}.")
+    return ColimaSettings(**data)
+
+
+def _platform_choice(value: Any, where: str) -> str:
+    if value not in PLATFORMS:
+        raise ConfigError(
+            f"{where}: platform must be one of {', '.join(PLATFORMS)}, not {value!r}."
+        )
+    return str(value)
 
 
 def config_file_path(environ: Mapping[str, str], explicit: str | None) -> tuple[Path | None, bool]:
@@ -75,6 +122,8 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     state_dir = default_state_dir(environ)
     path, explicit = config_file_path(environ, config_path)
     used_file: Path | None = None
+    platform, platform_source = "auto", "built-in"
+    colima = ColimaSettings()
     if path is not None and (explicit or path.exists()):
         if not path.is_file():
             raise ConfigError(
@@ -94,10 +143,17 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
             if not isinstance(data["state_dir"], str):
                 raise ConfigError(f"{path}: state_dir must be a path string.")
             state_dir = Path(data["state_dir"]).expanduser()
+        if "platform" in data:
+            platform, platform_source = _platform_choice(data["platform"], str(path)), str(path)
+        if "colima" in data:
+            colima = _colima_settings(data["colima"], path)
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
     if env_defaults or env_ceilings:
         policy = policy.with_settings(env_defaults, env_ceilings, "environment")
         sources.append("environment")
-    return Settings(policy, state_dir, used_file, tuple(sources))
+    if environ.get("PYBOX_PLATFORM"):
+        platform = _platform_choice(environ["PYBOX_PLATFORM"], "PYBOX_PLATFORM")
+        platform_source = "PYBOX_PLATFORM"
+    return Settings(policy, state_dir, used_file, tuple(sources), platform, platform_source, colima)

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pybox._adapters.cgroups import CgroupSampler, SamplerFactory, empty_observation
+from pybox._adapters.cgroups import Sampler, SamplerFactory, empty_observation
 from pybox._adapters.engine import AttachStream, Engine, JSONObject
 from pybox._adapters.state import StateStore
 from pybox._core import wire
@@ -168,7 +168,7 @@ class BoxRun:
         self.stdout = HeadTailCapture(limits.output_bytes)
         self.stderr = HeadTailCapture(limits.output_bytes)
         self.diagnostics = bytearray()
-        self.sampler: CgroupSampler | None = None
+        self.sampler: Sampler | None = None
         self.kernel: KernelObserved = empty_observation(SAMPLE_INTERVAL_S)
         self.unknown: list[Unknown] = []
         self.files = (
@@ -257,7 +257,7 @@ class BoxRun:
             self._mark("started")
             self.sampler = self.context.sampler_factory(self.container_id)
             if self.sampler is not None:
-                self.sampler.sample()
+                self.sampler.sample(force=True)
             self._send_payload(stream)
             self._watch(stream)
         finally:
@@ -371,7 +371,7 @@ class BoxRun:
             self._mark("program_ended")
             # The box is still there (it waits for the acknowledgement): last sample.
             if self.sampler is not None:
-                self.sampler.sample()
+                self.sampler.sample(force=True)
             if self.files is None or self.exit_info.get("backstop"):
                 stream.send(wire.ACK)
             return True
@@ -389,7 +389,7 @@ class BoxRun:
         container_id = self.container_id
         assert container_id is not None
         if self.sampler is not None:
-            self.sampler.sample()
+            self.sampler.sample(force=True)
         self._mark("killed")
         if deadline_kill:
             self.deadline_kill = True

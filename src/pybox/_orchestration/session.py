@@ -10,10 +10,11 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
 from pybox._adapters.config import Settings, load_settings
-from pybox._adapters.engine import DockerEngine, Engine, find_endpoint
+from pybox._adapters.engine import Engine
 from pybox._adapters.host import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
@@ -24,6 +25,7 @@ from pybox._core.receipt import EngineFacts
 from pybox._core.request import RunRequest, check_request
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.cleanup import SweepReport, sweep
+from pybox._orchestration.doctor import engine_facts, leftover_boxes
 from pybox._orchestration.images import (
     BuildPlan,
     ImageStatus,
@@ -32,6 +34,8 @@ from pybox._orchestration.images import (
     plan_stdlib,
 )
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
+from pybox._orchestration.outputs import FileMarker, publish
+from pybox._orchestration.platforms import Host, open_host
 from pybox._version import __version__
 
 
@@ -49,6 +53,8 @@ class Session:
         sampler_factory: SamplerFactory | None = None,
         is_owner_alive: Callable[[str], bool | None] = owner_alive,
         runtime: str = "runc",
+        output_marker: FileMarker | None = None,
+        platform: str = "linux",
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -62,6 +68,10 @@ class Session:
         self._swept = False
         self._lock = threading.Lock()
         self._engine_cpus: int | None = None
+        self._output_marker = output_marker
+        self.platform = platform
+        # How this session reaches its engine (set by `open`; tests build sessions directly).
+        self.host: Host | None = None
 
     @classmethod
     def open(
@@ -69,11 +79,17 @@ class Session:
     ) -> Session:
         env = os.environ if environ is None else environ
         settings: Settings = load_settings(env, config_path)
-        return cls(
-            lambda: DockerEngine.connect(find_endpoint(env)),
+        host = open_host(settings, env)
+        session = cls(
+            host.connect,
             StateStore(settings.state_dir),
             settings.policy,
+            sampler_factory=host.sampler_factory(),
+            output_marker=host.output_marker(),
+            platform=host.name,
         )
+        session.host = host
+        return session
 
     @property
     def engine(self) -> Engine:
@@ -135,6 +151,15 @@ class Session:
             server_version=engine.server_version,
         )
 
+    def engine_report(self) -> dict[str, Any]:
+        """Socket, versions, cgroup version and runtimes of the engine."""
+        engine = self.engine
+        facts = engine_facts(engine, engine.info())
+        return {"socket": engine.endpoint.url, "found_by": engine.endpoint.found_by, **facts}
+
+    def leftovers(self) -> list[dict[str, Any]]:
+        return leftover_boxes(self.engine, self.is_owner_alive)
+
     def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
         return plan_stdlib(self.engine, self.state, mirror=mirror, suite=suite)
 
@@ -155,6 +180,10 @@ class Session:
                 return 0
             self._swept = True
         return len(self.sweep().removed)
+
+    def publish_outputs(self, staging: Path, destination: Path) -> Path:
+        """Returned files into `destination` at once (quarantined on macOS)."""
+        return publish(staging, destination, self._output_marker)
 
     def run(
         self,
