@@ -119,7 +119,7 @@ def delete_vm(colima: Colima) -> VMState:
 
 @dataclass(frozen=True)
 class SetupItem:
-    kind: str  # "folder", "file", "download", "command", "check", "missing"
+    kind: str  # "folder", "download", "command", "verify", "check" (found), "missing"
     text: str
 
 
@@ -168,7 +168,7 @@ def plan_colima_vm(
     items.append(SetupItem("command", f"colima {' '.join(colima.start_args(size))}"))
     items.append(
         SetupItem(
-            "check",
+            "verify",
             f"read back `colima status --profile {PROFILE} --json`, {colima.profile_config} and "
             f"{colima.lima_config}: refuse mounts, port forwards, Kubernetes",
         )

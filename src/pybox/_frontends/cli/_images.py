@@ -74,6 +74,7 @@ def _setup_colima(args: argparse.Namespace, session: Session) -> int:
         "folder": "creating" if args.yes else "would create",
         "download": "downloading" if args.yes else "would download",
         "command": "running" if args.yes else "would run",
+        "verify": "then verifying" if args.yes else "then would verify",
     }
     for item in items:
         say(f"  {labels.get(item.kind, item.kind)}: {item.text}")
