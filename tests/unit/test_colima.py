@@ -447,3 +447,17 @@ def test_read_output_is_split_by_file() -> None:
         "/a/memory.stat": "cache 1\nrss 2\n",
         "/a/pids.current": "4\n",
     }
+
+
+def test_a_failed_vm_read_stops_sampling_and_is_reported(
+    colima_env: Path, fake: FakeColima, tmp_path: Path
+) -> None:
+    location = location_of(2, "system.slice/docker-" + "d" * 64 + ".scope", str(tmp_path))
+    sampler = VMCgroupSampler(_colima(fake, colima_env), location, gap_s=0.0)
+    assert sampler.sample(force=True) is False  # the fake VM is not running
+    assert sampler.sample(force=True) is False
+    observed, unknown = sampler.observation()
+    assert observed.samples == 0
+    assert [argv[0] for argv in fake.argvs()] == ["ssh"]  # no second attempt
+    failures = [u.reason for u in unknown if u.fact == "some kernel samples"]
+    assert failures and "colima [profile=pybox] not running" in failures[0]

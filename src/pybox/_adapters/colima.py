@@ -54,6 +54,9 @@ COMMAND_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 1800.0  # the first start downloads the VM image
 SSH_TIMEOUT_S = 10.0
 VM_SAMPLE_GAP_S = 0.25  # each read is one `colima ssh` round trip
+# A sample read blocks the run's watch loop, so it gets little time; after one
+# failed read the sampler stops (the receipt says so) rather than stall again.
+VM_SAMPLE_TIMEOUT_S = 2.0
 # The environment variables passed through to `colima`; everything else is dropped.
 PASSED_ENV = ("HOME", "USER", "LOGNAME", "TMPDIR", "LANG", "LC_ALL", "COLIMA_HOME")
 CONTAINER_ID_RE = re.compile(r"[0-9a-f]{64}")
@@ -264,6 +267,8 @@ class Colima:
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
+                encoding="utf-8",
+                errors="replace",
                 env=self.environment(),
                 timeout=timeout_s,
                 check=False,
@@ -315,6 +320,8 @@ class Colima:
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
+                encoding="utf-8",
+                errors="replace",
                 env=self.environment(),
                 timeout=COMMAND_TIMEOUT_S,
                 check=False,
@@ -535,12 +542,13 @@ class VMCgroupSampler(CgroupCounters):
         self._last_read = time.monotonic()
         paths = list(self._paths)
         try:
-            result = self._colima.run_in_vm(read_command(paths))
+            result = self._colima.run_in_vm(read_command(paths), timeout_s=VM_SAMPLE_TIMEOUT_S)
         except PlatformError as exc:
             self.failure = str(exc)
             return {}
         texts = parse_read(result.stdout, paths)
-        if not texts and result.returncode not in (0, 1, 2):
+        if not texts and result.stderr.strip():
+            # `grep -s` is silent about missing files: a message is from colima or ssh.
             self.failure = f"`colima ssh` failed (exit {result.returncode}): " + _last_lines(
                 result.stderr
             )

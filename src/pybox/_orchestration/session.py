@@ -36,6 +36,7 @@ from pybox._orchestration.images import (
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
 from pybox._orchestration.outputs import FileMarker, publish
 from pybox._orchestration.platforms import Host, open_host
+from pybox._orchestration.vm import require_image_builder
 from pybox._version import __version__
 
 
@@ -166,6 +167,8 @@ class Session:
     def build_stdlib(
         self, plan: BuildPlan, progress: Progress, *, force: bool = False
     ) -> ImageRecord:
+        if self.platform == "colima" and not (plan.up_to_date and not force):
+            require_image_builder()
         return build_stdlib(self.engine, self.state, plan, progress, force=force)
 
     def check_images(self) -> list[ImageStatus]:

@@ -8,6 +8,7 @@ command) and only acts with `--yes`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,13 @@ from pybox._adapters.colima import (
     VMSize,
     VMStatus,
 )
-from pybox._core.errors import InvalidRequest, PlatformError, PyboxError, VMIsolationError
+from pybox._core.errors import (
+    ImageBuildError,
+    InvalidRequest,
+    PlatformError,
+    PyboxError,
+    VMIsolationError,
+)
 from pybox._orchestration.platforms import Host, ToolPaths, make_colima, vm_size
 
 Progress = Callable[[str], None]
@@ -114,6 +121,17 @@ def delete_vm(colima: Colima) -> VMState:
     return vm_state(colima)
 
 
+def require_image_builder(system: str | None = None) -> None:
+    """The stdlib image is bootstrapped on the host with debootstrap: Linux only, so far."""
+    system = system or sys.platform
+    if system != "linux":
+        raise ImageBuildError(
+            "Building the stdlib image needs debootstrap on a Linux host, and pybox cannot "
+            f"build it on this system ({system}) yet: building it inside the VM is not "
+            "implemented (see docs/macos.md). The VM itself is set up and verified."
+        )
+
+
 # -- setup ----------------------------------------------------------------------------------
 
 
@@ -136,17 +154,22 @@ def plan_colima_vm(
         return None, items
     items.append(SetupItem("check", f"colima: {colima.colima.path} ({colima.colima.found_by})"))
     if colima.docker is not None:
+        version = colima.docker_version() or "version unknown"
         items.append(
-            SetupItem("check", f"docker CLI: {colima.docker.path} ({colima.docker.found_by})")
+            SetupItem(
+                "check", f"docker CLI: {colima.docker.path} ({colima.docker.found_by}), {version}"
+            )
         )
     try:
-        version = colima.require_version()
+        colima_version = colima.require_version()
     except PyboxError as exc:
         items.append(SetupItem("missing", str(exc)))
         return None, items
     minimum = ".".join(map(str, MIN_COLIMA_VERSION))
     items.append(
-        SetupItem("check", f"Colima {'.'.join(map(str, version))} (needs {minimum} or newer)")
+        SetupItem(
+            "check", f"Colima {'.'.join(map(str, colima_version))} (needs {minimum} or newer)"
+        )
     )
     state = vm_state(colima)
     if state.state == "running":
@@ -184,7 +207,11 @@ def colima_state_dict(colima: Colima | None, error: str | None = None) -> dict[s
         "colima": {"path": colima.colima.path, "found_by": colima.colima.found_by},
         "docker_cli": None
         if colima.docker is None
-        else {"path": colima.docker.path, "found_by": colima.docker.found_by},
+        else {
+            "path": colima.docker.path,
+            "found_by": colima.docker.found_by,
+            "version": colima.docker_version(),
+        },
         "colima_home": str(colima.colima_home),
         "profile_config": str(colima.profile_config),
         "lima_config": str(colima.lima_config),

@@ -54,7 +54,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             out,
         )
         docker_cli = colima.get("docker_cli")
-        say(f"docker: {docker_cli['path'] if docker_cli else 'not found'}", out)
+        say(
+            f"docker: {docker_cli['path']} (version {docker_cli['version'] or 'unknown'})"
+            if docker_cli
+            else "docker: not found in a trusted place",
+            out,
+        )
     vm = report.get("vm")
     if vm:
         verified = " (no mounts, no port forwards: verified)" if vm["isolation_verified"] else ""
