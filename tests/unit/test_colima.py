@@ -88,8 +88,15 @@ def colima_env(
     state = tmp_path / "state"
     monkeypatch.setenv("PYBOX_STATE_DIR", str(state))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    # A writable folder first on PATH must not matter: pybox never searches PATH.
-    monkeypatch.setenv("PATH", f"{tmp_path / 'evil'}:{os.environ.get('PATH', '')}")
+    # A writable folder first on PATH, holding impostors, must not matter.
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    evil.chmod(0o777)
+    for name in ("colima", "docker", "limactl", "ssh", "grep"):
+        impostor = evil / name
+        impostor.write_text(f"#!/bin/sh\ntouch {tmp_path}/impostor-ran\n")
+        impostor.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{evil}:{os.environ.get('PATH', '')}")
     for name in ("PYBOX_CONFIG", "COLIMA_HOME", "DOCKER_HOST"):
         monkeypatch.delenv(name, raising=False)
     return state
@@ -142,6 +149,7 @@ def test_vm_start_runs_colima_with_exactly_pybox_settings(
     # Colima's docker context landed in pybox's own folder, not ~/.docker.
     assert (colima_env / "colima-docker-config" / "contexts" / "meta" / "x" / "meta.json").exists()
     assert sorted(p.name for p in (home / ".docker").iterdir()) == ["config.json"]
+    assert not (colima_env.parent / "impostor-ran").exists()
 
 
 def test_the_vm_size_comes_from_the_config_file(
@@ -337,6 +345,18 @@ def test_writable_files_and_folders_are_not_trusted(fake: FakeColima, tmp_path: 
     assert other_owner is None or "not by root or you" in other_owner
 
 
+def test_a_group_writable_folder_is_trusted_only_for_a_trusted_group(fake: FakeColima) -> None:
+    fake.folder.chmod(0o775)  # as Homebrew leaves its folders, group admin on macOS
+    group = fake.folder.stat().st_gid
+    assert untrusted_reason(str(fake.colima), trusted_gids=frozenset({group})) is None
+    assert untrusted_reason(str(fake.colima), trusted_gids=frozenset()) is not None
+    fake.folder.chmod(0o777)
+    assert "writable by group or others (mode 777)" in str(
+        untrusted_reason(str(fake.colima), trusted_gids=frozenset({group}))
+    )
+    fake.folder.chmod(0o755)
+
+
 def test_a_symlink_is_judged_by_both_ends(fake: FakeColima, tmp_path: Path) -> None:
     open_folder = tmp_path / "open"
     open_folder.mkdir()
@@ -432,6 +452,7 @@ def test_vm_sampler_reads_counters_through_colima_ssh(
     assert observed.pids_peak == 7
     assert observed.sample_interval_s == 60.0
     assert any(u.fact == "kernel counters between samples" for u in unknown)
+    assert not (tmp_path / "impostor-ran").exists()  # grep in the "VM" came from /usr/bin
     ssh_calls = [argv for argv in fake.argvs() if argv[0] == "ssh"]
     assert len(ssh_calls) == 2
     assert ssh_calls[0][:6] == ["ssh", "--profile", "pybox", "--", "grep", "-H"]

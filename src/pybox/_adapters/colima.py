@@ -7,7 +7,7 @@ SSH config or Colima template. This module is the only code that runs `colima`:
 - The `colima` and `docker` executables are taken only from trusted places
   (Homebrew's bin folders or a path given explicitly), never from `$PATH`; the
   file and every folder above it must be owned by root or the user and not
-  writable by anyone else.
+  writable by anyone else (but macOS's `admin` group, as Homebrew sets it up).
 - Every call is an argument list with a minimal environment: `PATH` holds only
   the tools' own folders and the system's, so nothing on the user's `$PATH`
   runs either; `DOCKER_CONFIG` points at a folder of pybox's own, so the docker
@@ -25,6 +25,7 @@ import os
 import re
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from pybox._core.receipt import KernelObserved, Unknown
 PROFILE = "pybox"
 MIN_COLIMA_VERSION = (0, 10, 0)  # the first with `--mount none` and `--port-forwarder none`
 HOMEBREW_BIN_DIRS = ("/opt/homebrew/bin", "/usr/local/bin")
+MACOS_ADMIN_GIDS = frozenset({80})
 SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
 INSTALL_COMMAND = "brew install colima docker"
 UPGRADE_COMMAND = "brew upgrade colima"
@@ -67,15 +69,31 @@ _DOCKER_VERSION_RE = re.compile(r"Docker version v?(\d+\.\d+\.\d+)")
 # -- trusted executables ------------------------------------------------------------
 
 
-def untrusted_reason(path: str, uid: int | None = None) -> str | None:
+def _default_trusted_gids() -> frozenset[int]:
+    # Homebrew makes its folders writable by the `admin` group (gid 80), whose
+    # members can become root anyway; no other group is trusted.
+    return MACOS_ADMIN_GIDS if sys.platform == "darwin" else frozenset()
+
+
+def _writable_by_others(info: os.stat_result, trusted_gids: frozenset[int]) -> bool:
+    if info.st_mode & 0o002:
+        return True
+    return bool(info.st_mode & 0o020) and info.st_gid not in trusted_gids
+
+
+def untrusted_reason(
+    path: str, uid: int | None = None, trusted_gids: frozenset[int] | None = None
+) -> str | None:
     """Why `path` is not a trusted executable (None: it is).
 
     Trusted: a regular executable file, and every folder above both the path as
     given and the file it resolves to, owned by root or this user and writable
-    by no one else (a sticky folder such as /tmp is allowed above: there only
-    an entry's owner can replace it).
+    by no one else: not by others, and by a group only if it is a trusted one
+    (macOS's `admin`). A sticky folder such as /tmp is allowed above: there only
+    an entry's owner can replace it.
     """
     me = os.getuid() if uid is None else uid
+    gids = _default_trusted_gids() if trusted_gids is None else trusted_gids
     if not os.path.isabs(path):
         return "it is not an absolute path"
     try:
@@ -87,7 +105,7 @@ def untrusted_reason(path: str, uid: int | None = None) -> str | None:
         return f"{real} is not a regular file"
     if info.st_uid not in (0, me):
         return f"{real} is owned by uid {info.st_uid}, not by root or you"
-    if info.st_mode & 0o022:
+    if _writable_by_others(info, gids):
         return f"{real} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
     if not info.st_mode & 0o111:
         return f"{real} is not executable"
@@ -98,7 +116,7 @@ def untrusted_reason(path: str, uid: int | None = None) -> str | None:
             return f"the folder {folder} cannot be read ({exc.strerror or exc})"
         if folder_info.st_uid not in (0, me):
             return f"the folder {folder} is owned by uid {folder_info.st_uid}, not by root or you"
-        if folder_info.st_mode & 0o022 and not folder_info.st_mode & stat.S_ISVTX:
+        if _writable_by_others(folder_info, gids) and not folder_info.st_mode & stat.S_ISVTX:
             mode = stat.S_IMODE(folder_info.st_mode)
             return f"the folder {folder} is writable by group or others (mode {mode:o})"
     return None

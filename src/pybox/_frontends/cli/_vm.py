@@ -27,9 +27,9 @@ from pybox._orchestration.vm import (
 )
 
 
-def _colima(args: argparse.Namespace) -> Any:
+def _colima(args: argparse.Namespace, *, require_docker: bool = False) -> Any:
     session = open_session(args)
-    return session.host, colima_of(session.host, tool_paths(args))
+    return session.host, colima_of(session.host, tool_paths(args), require_docker=require_docker)
 
 
 def _show(state: VMState, as_json: bool) -> None:
@@ -55,7 +55,7 @@ def _show(state: VMState, as_json: bool) -> None:
 
 
 def cmd_vm_start(args: argparse.Namespace) -> int:
-    host, colima = _colima(args)
+    host, colima = _colima(args, require_docker=True)  # Colima's docker runtime needs the CLI
     state = start_vm(colima, size_of(host), progress)
     _show(state, args.json)
     return 0
