@@ -107,3 +107,25 @@ def test_exec_through_colima_gives_the_same_receipt(
     # Nothing of the user's was written: only the profile's own folders.
     created = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     assert all(name.startswith(".colima") for name in created), created
+
+
+def test_linux_setup_and_doctor_report_the_engine(cli_env: dict[str, str], state_dir: Path) -> None:
+    env = dict(cli_env, PYBOX_PLATFORM="linux")
+    before = (state_dir / "images.json").read_bytes()
+    setup = run_cli(["setup"], env)
+    assert setup.returncode == 0, setup.stderr.decode()
+    text = setup.stderr.decode()
+    assert "dry run: nothing will be changed" in text
+    assert "platform: linux: boxes run on the local engine" in text
+    assert "cgroup v" in text and "runtimes " in text and "runc" in text
+    assert "boxes:  " in text and "left by runs that died" in text
+    assert "Run `pybox setup --yes` to do this." in text
+    assert (state_dir / "images.json").read_bytes() == before
+    doctor = run_cli(["doctor", "--json"], env)
+    assert doctor.returncode == 0
+    report = json.loads(doctor.stdout)
+    assert report["platform"]["pybox_platform"] == "linux"
+    assert report["engine"]["cgroup_version"] in ("1", "2")
+    assert "runc" in report["engine"]["runtimes"]
+    assert isinstance(report["boxes"], list)
+    assert report["next"]  # either the fixes, or the command to run a first box
