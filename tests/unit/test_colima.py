@@ -482,3 +482,21 @@ def test_a_failed_vm_read_stops_sampling_and_is_reported(
     assert [argv[0] for argv in fake.argvs()] == ["ssh"]  # no second attempt
     failures = [u.reason for u in unknown if u.fact == "some kernel samples"]
     assert failures and "colima [profile=pybox] not running" in failures[0]
+
+
+def test_a_long_lived_session_rechecks_the_profile_before_every_box(
+    colima_env: Path, fake: FakeColima, home: Path
+) -> None:
+    from pybox._core.errors import VMIsolationError
+    from pybox._orchestration.platforms import open_host
+
+    assert main(["vm", "start"]) == 0
+    host = open_host(load_settings(os.environ), os.environ)
+    host.check_before_run()
+    calls = len(fake.calls())
+    host.check_before_run()
+    assert len(fake.calls()) == calls  # only the profile's files are read again
+    lima = home / ".colima" / "_lima" / f"colima-{PROFILE}" / "lima.yaml"
+    lima.write_text(lima.read_text().replace("mounts: []", "mounts:\n- location: /Users/me"))
+    with pytest.raises(VMIsolationError, match="mounts the host folder '/Users/me'"):
+        host.check_before_run()

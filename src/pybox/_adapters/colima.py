@@ -443,6 +443,11 @@ class Colima:
             problems.append(
                 f"`colima status` names no unix docker socket ({status.docker_socket!r})"
             )
+        return problems + self.config_problems()
+
+    def config_problems(self) -> list[str]:
+        """What the profile's own files say against isolation (cheap: two local reads)."""
+        problems: list[str] = []
         profile = self._read_yaml(self.profile_config, problems)
         if profile is not None:
             for mount in profile.get("mounts") or []:
@@ -499,7 +504,7 @@ class Colima:
             raise VMIsolationError(
                 f"pybox refuses to use the Colima profile {PROFILE}: "
                 + "; ".join(problems)
-                + ". Recreate it: `pybox vm delete`, then `pybox setup --yes`."
+                + ". Recreate it: `pybox vm delete --yes`, then `pybox setup --yes`."
             )
         assert status.docker_socket is not None
         return (

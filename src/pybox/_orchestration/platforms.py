@@ -16,11 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pybox._adapters.cgroups import Sampler, SamplerFactory, local_sampler_factory
-from pybox._adapters.colima import HOMEBREW_BIN_DIRS, Colima, VMSize, find_tool, vm_sampler_factory
+from pybox._adapters.colima import (
+    HOMEBREW_BIN_DIRS,
+    PROFILE,
+    Colima,
+    VMSize,
+    find_tool,
+    vm_sampler_factory,
+)
 from pybox._adapters.config import Settings
 from pybox._adapters.engine import DockerEngine, Engine, find_endpoint
 from pybox._adapters.quarantine import mark_quarantined
-from pybox._core.errors import PlatformError
+from pybox._core.errors import PlatformError, VMIsolationError
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S
 from pybox._orchestration.outputs import FileMarker
 
@@ -116,6 +123,20 @@ class Host:
             endpoint, _ = self.colima().verified_endpoint()
             return DockerEngine.connect(endpoint)
         return DockerEngine.connect(find_endpoint(self.environ))
+
+    def check_before_run(self) -> None:
+        """On macOS, re-read the profile's files before every box: a long-lived
+        session must not keep using a VM that was reconfigured with a mount or a
+        port forwarder after it connected."""
+        if self.name != "colima":
+            return
+        problems = self.colima().config_problems()
+        if problems:
+            raise VMIsolationError(
+                f"pybox refuses to use the Colima profile {PROFILE}: "
+                + "; ".join(problems)
+                + ". Recreate it: `pybox vm delete --yes`, then `pybox setup --yes`."
+            )
 
     def sampler_factory(self) -> SamplerFactory:
         if self.name != "colima":

@@ -198,6 +198,8 @@ class Session:
         """Run `request` in a fresh box. A failing program is data in the receipt."""
         limits = self.resolve(request)
         image = self.image(request.image)
-        swept = self._sweep_once()
+        swept = self._sweep_once()  # connects (and on macOS verifies the VM) first
+        if self.host is not None:
+            self.host.check_before_run()
         run = BoxRun(self._context(), request, limits, image, files_dir, cancel, swept)
         return run.execute()

@@ -101,7 +101,7 @@ def start_vm(colima: Colima, size: VMSize, progress: Progress) -> VMState:
         colima.stop()
         raise VMIsolationError(
             f"pybox stopped the VM and refuses to use it: {'; '.join(state.problems)}. Recreate "
-            "it: `pybox vm delete`, then `pybox setup --yes`."
+            "it: `pybox vm delete --yes`, then `pybox setup --yes`."
         )
     progress(
         f"the VM is running and verified: no host folders, no port forwarding, engine at "
