@@ -54,8 +54,7 @@ class Session:
         sampler_factory: SamplerFactory | None = None,
         is_owner_alive: Callable[[str], bool | None] = owner_alive,
         runtime: str = "runc",
-        output_marker: FileMarker | None = None,
-        platform: str = "linux",
+        host: Host | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -63,16 +62,20 @@ class Session:
         self.policy = policy
         self.owner = owner or current_owner()
         self.is_owner_alive = is_owner_alive
-        self._sampler_factory = sampler_factory or local_sampler_factory(SAMPLE_INTERVAL_S)
+        if sampler_factory is None:
+            sampler_factory = (
+                host.sampler_factory() if host else local_sampler_factory(SAMPLE_INTERVAL_S)
+            )
+        self._sampler_factory = sampler_factory
         self._runtime = runtime
         self._bootstrap = bootstrap_source()
         self._swept = False
         self._lock = threading.Lock()
         self._engine_cpus: int | None = None
-        self._output_marker = output_marker
-        self.platform = platform
-        # How this session reaches its engine (set by `open`; tests build sessions directly).
-        self.host: Host | None = None
+        # Where boxes run (`open` chooses; sessions built directly are local).
+        self.host = host
+        self.platform = host.name if host else "linux"
+        self._output_marker: FileMarker | None = host.output_marker() if host else None
 
     @classmethod
     def open(
@@ -81,16 +84,7 @@ class Session:
         env = os.environ if environ is None else environ
         settings: Settings = load_settings(env, config_path)
         host = open_host(settings, env)
-        session = cls(
-            host.connect,
-            StateStore(settings.state_dir),
-            settings.policy,
-            sampler_factory=host.sampler_factory(),
-            output_marker=host.output_marker(),
-            platform=host.name,
-        )
-        session.host = host
-        return session
+        return cls(host.connect, StateStore(settings.state_dir), settings.policy, host=host)
 
     @property
     def engine(self) -> Engine:
