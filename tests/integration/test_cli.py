@@ -149,7 +149,7 @@ def test_missing_program_file(cli_env: dict[str, str], tmp_path: Path) -> None:
     assert b"Traceback" not in result.stderr
 
 
-def test_doctor_and_image_list(cli_env: dict[str, str]) -> None:
+def test_doctor_and_image_list(cli_env: dict[str, str], state_dir: Path) -> None:
     doctor = run_cli(["doctor", "--json"], cli_env)
     assert doctor.returncode == 0
     report = json.loads(doctor.stdout)
@@ -158,7 +158,9 @@ def test_doctor_and_image_list(cli_env: dict[str, str]) -> None:
     assert any(image["name"] == "stdlib" and image["problem"] is None for image in report["images"])
     listing = run_cli(["image", "list", "--json"], cli_env)
     assert listing.returncode == 0
-    assert [image["name"] for image in json.loads(listing.stdout)] == ["stdlib"]
+    # Exactly the images recorded in the state this suite copied from the machine.
+    recorded = json.loads((state_dir / "images.json").read_text())["images"]
+    assert [image["name"] for image in json.loads(listing.stdout)] == sorted(recorded)
 
 
 def test_setup_dry_run_changes_nothing(cli_env: dict[str, str], state_dir: Path) -> None:

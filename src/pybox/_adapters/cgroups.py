@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from pybox._core.receipt import KernelObserved, Unknown
 
@@ -89,6 +90,21 @@ def _relative_candidates(container_id: str, cgroup_parent: str) -> list[str]:
     return [f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"]
 
 
+def location_of(version: int, relative: str, root: str = CGROUP_ROOT) -> CgroupLocation:
+    """The counters' files of the cgroup at `relative` under `root`."""
+    if version == 2:
+        base = os.path.join(root, relative)
+        return CgroupLocation(2, {k: os.path.join(base, f) for k, f in V2_FILES.items()})
+    return CgroupLocation(
+        1, {k: os.path.join(root, ctl, relative, f) for k, (ctl, f) in V1_FILES.items()}
+    )
+
+
+def relative_candidates(container_id: str, cgroup_parent: str = "") -> list[str]:
+    """Where the engine puts a box's cgroup (cgroupfs and systemd drivers)."""
+    return _relative_candidates(container_id, cgroup_parent)
+
+
 def locate(
     container_id: str, cgroup_parent: str = "", root: str = CGROUP_ROOT
 ) -> CgroupLocation | None:
@@ -96,54 +112,47 @@ def locate(
     version = cgroup_version(root)
     for relative in _relative_candidates(container_id, cgroup_parent):
         if version == 2:
-            base = os.path.join(root, relative)
-            if os.path.isdir(base):
-                return CgroupLocation(2, {k: os.path.join(base, f) for k, f in V2_FILES.items()})
+            if os.path.isdir(os.path.join(root, relative)):
+                return location_of(2, relative, root)
         elif os.path.isdir(os.path.join(root, "memory", relative)):
-            return CgroupLocation(
-                1,
-                {k: os.path.join(root, ctl, relative, f) for k, (ctl, f) in V1_FILES.items()},
-            )
+            return location_of(1, relative, root)
     return None
 
 
-class CgroupSampler:
-    """Keeps the counters' files open and folds samples into peaks and totals."""
+class Sampler(Protocol):
+    """Kernel counters of one running box. `force` asks for a fresh read even
+    where reads are rationed (the sample as the program ends matters most)."""
+
+    samples: int
+
+    def sample(self, *, force: bool = False) -> bool: ...
+
+    def observation(self) -> tuple[KernelObserved, list[Unknown]]: ...
+
+    def close(self) -> None: ...
+
+
+class CgroupCounters:
+    """Folds samples of a box's counter files into peaks and totals. Subclasses
+    say how the files are read (`_read_values`: counter name -> file text)."""
 
     def __init__(self, location: CgroupLocation, interval_s: float) -> None:
         self.location = location
         self.interval_s = interval_s
-        self._fds: dict[str, int] = {}
-        for name, path in location.files.items():
-            try:
-                self._fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                continue  # not every kernel has every file (memory.peak, pids.peak)
         self.samples = 0
         self.gone = False
         self._last: dict[str, str] = {}
         self._memory_peak_sampled = 0
         self._pids_peak_sampled = 0
 
-    def _read(self, name: str) -> str | None:
-        fd = self._fds.get(name)
-        if fd is None:
-            return None
-        try:
-            return os.pread(fd, 4096, 0).decode("ascii", "replace")
-        except OSError:
-            return None
+    def _read_values(self) -> dict[str, str]:
+        raise NotImplementedError
 
-    def sample(self) -> bool:
+    def sample(self, *, force: bool = False) -> bool:
         """Take one sample; False once the box's cgroup is gone."""
         if self.gone:
             return False
-        values: dict[str, str] = {}
-        for name in self._fds:
-            text = self._read(name)
-            if text is None:
-                continue
-            values[name] = text
+        values = self._read_values()
         if not values:
             self.gone = True
             return False
@@ -158,12 +167,7 @@ class CgroupSampler:
         return True
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._fds.clear()
+        pass
 
     def observation(self) -> tuple[KernelObserved, list[Unknown]]:
         last = self._last
@@ -245,6 +249,45 @@ class CgroupSampler:
         return observed, unknown
 
 
+class CgroupSampler(CgroupCounters):
+    """Reads this machine's cgroup files, kept open, with `pread` (no path lookups)."""
+
+    def __init__(self, location: CgroupLocation, interval_s: float) -> None:
+        super().__init__(location, interval_s)
+        self._fds: dict[str, int] = {}
+        for name, path in location.files.items():
+            try:
+                self._fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue  # not every kernel has every file (memory.peak, pids.peak)
+
+    def _read(self, name: str) -> str | None:
+        fd = self._fds.get(name)
+        if fd is None:
+            return None
+        try:
+            return os.pread(fd, 4096, 0).decode("ascii", "replace")
+        except OSError:
+            return None
+
+    def _read_values(self) -> dict[str, str]:
+        values: dict[str, str] = {}
+        for name in self._fds:
+            text = self._read(name)
+            if text is None:
+                continue
+            values[name] = text
+        return values
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+
+
 def empty_observation(interval_s: float) -> KernelObserved:
     return KernelObserved(
         cgroup_version=None,
@@ -268,7 +311,7 @@ def empty_observation(interval_s: float) -> KernelObserved:
 
 
 # Opens a sampler for a started box, by container ID (None: its cgroup is not found).
-SamplerFactory = Callable[[str], "CgroupSampler | None"]
+SamplerFactory = Callable[[str], "Sampler | None"]
 
 
 def local_sampler_factory(interval_s: float, root: str = CGROUP_ROOT) -> SamplerFactory:

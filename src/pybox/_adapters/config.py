@@ -4,6 +4,11 @@ Layers, later ones winning: built-in defaults and ceilings; the config file
 (`--config`, else `PYBOX_CONFIG`, else `$XDG_CONFIG_HOME/pybox/config.toml`);
 environment variables `PYBOX_DEFAULT_<KEY>` and `PYBOX_MAX_<KEY>`. Front ends
 that accept operator flags (such as `pybox mcp --max-memory`) apply them last.
+
+Where boxes run: `platform = "auto" | "linux" | "colima"` in the file, or
+`PYBOX_PLATFORM` (for tests and unusual setups); "auto" means Colima on macOS
+and the local engine elsewhere. A `[colima]` table names trusted `colima` and
+`docker` executables and the VM's `cpus`, `memory_gib` and `disk_gib`.
 """
 
 from __future__ import annotations
@@ -19,12 +24,25 @@ from pybox._core.errors import ConfigError
 from pybox._core.limits import FIELDS_BY_KEY, Policy
 from pybox._core.pool import PoolSettings
 
-CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "pool")
 POOL_ENV = {
     "PYBOX_POOL_BOXES": "boxes_per_profile",
     "PYBOX_POOL_IDLE_S": "idle_s",
     "PYBOX_POOL_MEMORY_MIB": "memory_budget_mib",
 }
+CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "pool", "platform", "colima")
+PLATFORMS = ("auto", "linux", "colima")
+COLIMA_KEYS = {"colima": str, "docker": str, "cpus": int, "memory_gib": int, "disk_gib": int}
+
+
+@dataclass(frozen=True)
+class ColimaSettings:
+    """The `[colima]` table: explicit tool paths and the VM's size (macOS)."""
+
+    colima: str | None = None
+    docker: str | None = None
+    cpus: int = 2
+    memory_gib: int = 2
+    disk_gib: int = 20
 
 
 @dataclass(frozen=True)
@@ -34,6 +52,35 @@ class Settings:
     config_file: Path | None
     sources: tuple[str, ...]
     pool: PoolSettings = field(default_factory=PoolSettings)
+    # "auto" (from the operating system), "linux" or "colima"; PYBOX_PLATFORM wins.
+    platform: str = "auto"
+    platform_source: str = "built-in"
+    colima: ColimaSettings = field(default_factory=ColimaSettings)
+
+
+def _colima_settings(data: Any, path: Path) -> ColimaSettings:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: [colima] must be a table, not {data!r}.")
+    unknown = sorted(set(data) - set(COLIMA_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown [colima] setting(s) {', '.join(unknown)}. Known: "
+            f"{', '.join(COLIMA_KEYS)}."
+        )
+    for key, value in data.items():
+        kind = COLIMA_KEYS[key]
+        if type(value) is not kind or (isinstance(value, int) and value < 1):
+            what = "a positive whole number" if kind is int else "a path string"
+            raise ConfigError(f"{path}: colima.{key} must be {what}, not {value!r}.")
+    return ColimaSettings(**data)
+
+
+def _platform_choice(value: Any, where: str) -> str:
+    if value not in PLATFORMS:
+        raise ConfigError(
+            f"{where}: platform must be one of {', '.join(PLATFORMS)}, not {value!r}."
+        )
+    return str(value)
 
 
 def config_file_path(environ: Mapping[str, str], explicit: str | None) -> tuple[Path | None, bool]:
@@ -83,6 +130,8 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     state_dir = default_state_dir(environ)
     path, explicit = config_file_path(environ, config_path)
     used_file: Path | None = None
+    platform, platform_source = "auto", "built-in"
+    colima = ColimaSettings()
     if path is not None and (explicit or path.exists()):
         if not path.is_file():
             raise ConfigError(
@@ -103,6 +152,10 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
                 raise ConfigError(f"{path}: state_dir must be a path string.")
             state_dir = Path(data["state_dir"]).expanduser()
         pool = pool.with_settings(_section(data, "pool", path), str(path))
+        if "platform" in data:
+            platform, platform_source = _platform_choice(data["platform"], str(path)), str(path)
+        if "colima" in data:
+            colima = _colima_settings(data["colima"], path)
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
@@ -114,4 +167,16 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         pool = pool.with_settings(env_pool, "environment")
         if "environment" not in sources:
             sources.append("environment")
-    return Settings(policy, state_dir, used_file, tuple(sources), pool)
+    if environ.get("PYBOX_PLATFORM"):
+        platform = _platform_choice(environ["PYBOX_PLATFORM"], "PYBOX_PLATFORM")
+        platform_source = "PYBOX_PLATFORM"
+    return Settings(
+        policy,
+        state_dir,
+        used_file,
+        tuple(sources),
+        pool=pool,
+        platform=platform,
+        platform_source=platform_source,
+        colima=colima,
+    )

@@ -69,5 +69,14 @@ class PostureMismatch(SandboxError):
         self.fields = fields
 
 
+class PlatformError(PyboxError):
+    """The host side is not ready: a tool is missing, untrusted or too old, or the
+    VM pybox drives (on macOS) is stopped or not set up as promised."""
+
+
+class VMIsolationError(PlatformError):
+    """The VM has host folders mounted or ports forwarded: pybox refuses to use it."""
+
+
 class CleanupError(PyboxError):
     """A box could not be confirmed removed."""

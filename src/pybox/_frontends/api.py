@@ -16,7 +16,7 @@ from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Receipt
 from pybox._core.request import InputFile, RunRequest
 from pybox._orchestration.lifecycle import RunOutcome
-from pybox._orchestration.outputs import discard, prepare_destination, publish
+from pybox._orchestration.outputs import discard, prepare_destination
 from pybox._orchestration.session import Session
 
 InputLike = InputFile | tuple[str, bytes]
@@ -204,7 +204,7 @@ class Client:
                 discard(staging)
             raise
         if destination is not None and staging is not None:
-            publish(staging, destination)
+            session.publish_outputs(staging, destination)
         elif staging is not None:
             discard(staging)
         return _result(outcome, files, destination)

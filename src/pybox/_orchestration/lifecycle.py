@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pybox._adapters.cgroups import CgroupSampler, SamplerFactory, empty_observation
+from pybox._adapters.cgroups import Sampler, SamplerFactory, empty_observation
 from pybox._adapters.engine import AttachStream, Engine, JSONObject
 from pybox._adapters.state import StateStore
 from pybox._core import wire
@@ -182,7 +182,7 @@ class WarmBox:
     container_id: str
     posture: PostureReport
     stream: AttachStream
-    sampler: CgroupSampler | None
+    sampler: Sampler | None
     created_at: str
     ready_at: float  # monotonic: verified and started
 
@@ -240,7 +240,7 @@ class BoxRun:
         self.stdout = HeadTailCapture(limits.output_bytes)
         self.stderr = HeadTailCapture(limits.output_bytes)
         self.diagnostics = bytearray()
-        self.sampler: CgroupSampler | None = None if warm is None else warm.sampler
+        self.sampler: Sampler | None = None if warm is None else warm.sampler
         self.kernel: KernelObserved = empty_observation(SAMPLE_INTERVAL_S)
         self.kernel_baseline: KernelObserved | None = None
         self.unknown: list[Unknown] = []
@@ -316,8 +316,8 @@ class BoxRun:
                 self._mark("started")
                 self.sampler = self.context.sampler_factory(self.container_id)
                 if self.sampler is not None:
-                    self.sampler.sample()
-            elif self.sampler is not None and self.sampler.sample():
+                    self.sampler.sample(force=True)
+            elif self.sampler is not None and self.sampler.sample(force=True):
                 # Counted totals start when the code arrives, not when the box did.
                 self.kernel_baseline, _ = self.sampler.observation()
             self._send_payload(stream)
@@ -433,7 +433,7 @@ class BoxRun:
             self._mark("program_ended")
             # The box is still there (it waits for the acknowledgement): last sample.
             if self.sampler is not None:
-                self.sampler.sample()
+                self.sampler.sample(force=True)
             if self.files is None or self.exit_info.get("backstop"):
                 stream.send(wire.ACK)
             return True
@@ -451,7 +451,7 @@ class BoxRun:
         container_id = self.container_id
         assert container_id is not None
         if self.sampler is not None:
-            self.sampler.sample()
+            self.sampler.sample(force=True)
         self._mark("killed")
         if deadline_kill:
             self.deadline_kill = True

@@ -14,6 +14,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,9 +168,22 @@ def prepare_destination(destination: Path) -> Path:
         ) from exc
 
 
-def publish(staging: Path, destination: Path) -> Path:
-    """Move the staged files onto the destination in one rename."""
+# Marks staged files before they are published (the quarantine mark on macOS).
+FileMarker = Callable[[list[Path]], None]
+
+
+def publish(staging: Path, destination: Path, mark: FileMarker | None = None) -> Path:
+    """Mark the staged files if asked, then move them onto the destination in one rename."""
     destination = destination.expanduser()
+    if mark is not None:
+        staged = sorted(p for p in staging.rglob("*") if p.is_file() and not p.is_symlink())
+        try:
+            mark(staged)
+        except PyboxError as exc:
+            raise PyboxError(
+                f"{exc} The returned files were not moved into {destination}; they are kept, "
+                f"unmarked, in {staging}."
+            ) from exc
     try:
         os.chmod(staging, 0o755)
         os.rename(staging, destination)  # replaces only an empty directory

@@ -289,7 +289,7 @@ class WarmPool:
             engine.start_container(container_id)
             sampler = context.sampler_factory(container_id)
             if sampler is not None:
-                sampler.sample()
+                sampler.sample(force=True)
             return WarmBox(
                 spec=spec,
                 container_id=container_id,

@@ -10,10 +10,11 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
 from pybox._adapters.config import Settings, load_settings
-from pybox._adapters.engine import DockerEngine, Engine, find_endpoint
+from pybox._adapters.engine import Engine
 from pybox._adapters.host import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
@@ -25,6 +26,7 @@ from pybox._core.receipt import EngineFacts
 from pybox._core.request import RunRequest, check_request
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.cleanup import SweepReport, sweep
+from pybox._orchestration.doctor import engine_facts, leftover_boxes
 from pybox._orchestration.images import (
     BuildPlan,
     ImageStatus,
@@ -33,7 +35,10 @@ from pybox._orchestration.images import (
     plan_stdlib,
 )
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
+from pybox._orchestration.outputs import FileMarker, publish
+from pybox._orchestration.platforms import Host, open_host
 from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
+from pybox._orchestration.vm import require_image_builder
 from pybox._version import __version__
 
 
@@ -53,6 +58,7 @@ class Session:
         runtime: str = "runc",
         pool: PoolSettings | None = None,
         log: Callable[[str], None] | None = None,
+        host: Host | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -60,7 +66,11 @@ class Session:
         self.policy = policy
         self.owner = owner or current_owner()
         self.is_owner_alive = is_owner_alive
-        self._sampler_factory = sampler_factory or local_sampler_factory(SAMPLE_INTERVAL_S)
+        if sampler_factory is None:
+            sampler_factory = (
+                host.sampler_factory() if host else local_sampler_factory(SAMPLE_INTERVAL_S)
+            )
+        self._sampler_factory = sampler_factory
         self._runtime = runtime
         self._bootstrap = bootstrap_source()
         self._swept = False
@@ -69,6 +79,10 @@ class Session:
         # Long-lived users (the MCP server, a Client) get a warm pool; one-shot
         # CLI calls do not pay to fill one.
         self._pool = WarmPool(self._context, pool, log) if pool is not None else None
+        # Where boxes run (`open` chooses; sessions built directly are local).
+        self.host = host
+        self.platform = host.name if host else "linux"
+        self._output_marker: FileMarker | None = host.output_marker() if host else None
 
     @classmethod
     def open(
@@ -81,10 +95,12 @@ class Session:
     ) -> Session:
         env = os.environ if environ is None else environ
         settings: Settings = load_settings(env, config_path)
+        host = open_host(settings, env)
         return cls(
-            lambda: DockerEngine.connect(find_endpoint(env)),
+            host.connect,
             StateStore(settings.state_dir),
             settings.policy,
+            host=host,
             pool=settings.pool if warm_pool else None,
             log=log,
         )
@@ -149,12 +165,23 @@ class Session:
             server_version=engine.server_version,
         )
 
+    def engine_report(self) -> dict[str, Any]:
+        """Socket, versions, cgroup version and runtimes of the engine."""
+        engine = self.engine
+        facts = engine_facts(engine, engine.info())
+        return {"socket": engine.endpoint.url, "found_by": engine.endpoint.found_by, **facts}
+
+    def leftovers(self) -> list[dict[str, Any]]:
+        return leftover_boxes(self.engine, self.is_owner_alive)
+
     def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
         return plan_stdlib(self.engine, self.state, mirror=mirror, suite=suite)
 
     def build_stdlib(
         self, plan: BuildPlan, progress: Progress, *, force: bool = False
     ) -> ImageRecord:
+        if self.platform == "colima" and not (plan.up_to_date and not force):
+            require_image_builder()
         return build_stdlib(self.engine, self.state, plan, progress, force=force)
 
     def check_images(self) -> list[ImageStatus]:
@@ -170,6 +197,10 @@ class Session:
             self._swept = True
         return len(self.sweep().removed)
 
+    def publish_outputs(self, staging: Path, destination: Path) -> Path:
+        """Returned files into `destination` at once (quarantined on macOS)."""
+        return publish(staging, destination, self._output_marker)
+
     def run(
         self,
         request: RunRequest,
@@ -180,7 +211,9 @@ class Session:
         """Run `request` in a fresh box. A failing program is data in the receipt."""
         limits = self.resolve(request)
         image = self.image(request.image)
-        swept = self._sweep_once()
+        swept = self._sweep_once()  # connects (and on macOS verifies the VM) first
+        if self.host is not None:
+            self.host.check_before_run()
         warm = None
         if self._pool is not None:
             warm = self._pool.take(PoolKey.of(image, limits, request.code_name))

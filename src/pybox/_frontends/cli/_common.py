@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TextIO
 
 from pybox._core.errors import InvalidRequest
 from pybox._core.receipt import Receipt, Status
+from pybox._orchestration.platforms import ToolPaths
 from pybox._orchestration.session import Session
 
 EXIT_TIMED_OUT = 124
@@ -40,6 +41,20 @@ def progress(message: str) -> None:
 
 def open_session(args: argparse.Namespace) -> Session:
     return Session.open(os.environ, args.config)
+
+
+def add_tool_flags(parser: argparse.ArgumentParser) -> None:
+    """Explicit `colima` and `docker` executables (macOS); otherwise Homebrew's are used."""
+    parser.add_argument(
+        "--colima", metavar="PATH", help="the colima executable (default: Homebrew's)"
+    )
+    parser.add_argument(
+        "--docker", metavar="PATH", help="the docker CLI Colima uses (default: Homebrew's)"
+    )
+
+
+def tool_paths(args: argparse.Namespace) -> ToolPaths:
+    return ToolPaths(colima=args.colima, docker=args.docker)
 
 
 def status_exit_code(receipt: Receipt) -> int:

@@ -23,7 +23,7 @@ from pybox._frontends.cli._common import (
     status_exit_code,
 )
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
-from pybox._orchestration.outputs import discard, prepare_destination, publish
+from pybox._orchestration.outputs import discard, prepare_destination
 
 EXEC_JSON_VERSION = 1
 
@@ -139,7 +139,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     publish_error: PyboxError | None = None
     if destination is not None and staging is not None:
         try:
-            publish(staging, destination)
+            session.publish_outputs(staging, destination)
         except PyboxError as exc:
             # Nothing is lost: the files stay in the staging directory, which is reported.
             publish_error, destination = exc, staging

@@ -5,36 +5,142 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
-from pybox._frontends.cli._common import ArgumentParser, Commands, open_session, progress, say
+from pybox._frontends.cli._common import (
+    EXIT_PYBOX_FAILED,
+    ArgumentParser,
+    Commands,
+    add_tool_flags,
+    open_session,
+    progress,
+    say,
+    tool_paths,
+)
+from pybox._orchestration.doctor import READY_COMMAND
+from pybox._orchestration.images import BuildPlan
+from pybox._orchestration.session import Session
+from pybox._orchestration.vm import colima_of, plan_colima_vm, size_of, start_vm, stop_vm
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
     mode = "" if args.yes else " (dry run: nothing will be changed)"
     say(f"pybox setup{mode}")
     session = open_session(args)
-    engine = session.engine_facts()
-    say(f"  engine: {engine.endpoint}, Docker {engine.server_version}, API {engine.api_version}")
-    say(f"  state:  {session.state.root}")
+    if session.platform == "colima":
+        return _setup_colima(args, session)
+    return _setup_local(args, session)
+
+
+def _setup_local(args: argparse.Namespace, session: Session) -> int:
+    """Linux: report the local engine, boxes and images; build the image with --yes."""
+    engine = session.engine_report()
+    say("  platform: linux: boxes run on the local engine")
+    say(
+        f"  engine: {engine['socket']} ({engine['found_by']}), Docker {engine['server_version']}, "
+        f"API {engine['api_version']}, cgroup v{engine['cgroup_version']} "
+        f"({engine['cgroup_driver']}), runtimes {', '.join(engine['runtimes'])}"
+    )
+    _report_boxes(session)
+    _report_state(session, args.yes)
     plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
-    if plan.up_to_date and plan.recorded is not None:
-        say(f"  image:  stdlib is built and recorded ({plan.recorded.image_id[:19]})")
-    else:
-        say(
-            f"  image:  {'building' if args.yes else 'would build'} stdlib as {plan.reference}: "
-            f"Debian {plan.recipe.suite} minbase + python3 from {plan.recipe.mirror} "
-            f"(mirror found in {plan.mirror_found_in}), with debootstrap in a temporary "
-            "folder that is removed afterwards"
-        )
+    _report_image(plan, args.yes)
     if not args.yes:
         say("  then:   would run print(6*7) in a fresh box to check the whole path")
         say("Run `pybox setup --yes` to do this.")
         return 0
     session.build_stdlib(plan, progress, force=args.force)
+    _check_run(session)
+    say(f"pybox is ready: {READY_COMMAND}")
+    return 0
+
+
+def _setup_colima(args: argparse.Namespace, session: Session) -> int:
+    """macOS: pybox's own Colima VM, then the image in it, then stop the VM."""
+    host = session.host
+    assert host is not None
+    size = size_of(host)
+    say(f"  platform: colima ({host.choice.chosen_by}): boxes run in pybox's own VM")
+    colima, items = plan_colima_vm(
+        lambda: colima_of(host, tool_paths(args), require_docker=True), size
+    )
+    labels = {
+        "check": "found",
+        "missing": "MISSING",
+        "folder": "creating" if args.yes else "would create",
+        "download": "downloading" if args.yes else "would download",
+        "command": "running" if args.yes else "would run",
+        "verify": "then verifying" if args.yes else "then would verify",
+    }
+    for item in items:
+        say(f"  {labels.get(item.kind, item.kind)}: {item.text}")
+    if colima is None:
+        say("Nothing was changed. Do the above, then run `pybox setup` again.")
+        return EXIT_PYBOX_FAILED
+    _report_state(session, args.yes)
+    say(
+        "  image:  the stdlib image is built into the VM's engine once it runs (Debian "
+        "packages downloaded from a mirror; on macOS name it with --mirror URL --suite NAME)"
+    )
+    say("  then:   run print(6*7) in a fresh box, then stop the VM")
+    if not args.yes:
+        say("Run `pybox setup --yes` to do this.")
+        return 0
+    start_vm(colima, size, progress)
+    try:
+        plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
+        _report_image(plan, True)
+        session.build_stdlib(plan, progress, force=args.force)
+        _check_run(session)
+    finally:
+        stop_vm(colima)
+        progress("stopped the VM")
+    say(f"pybox is ready: pybox vm start, then {READY_COMMAND}")
+    return 0
+
+
+def _report_boxes(session: Session) -> None:
+    boxes = session.leftovers()
+    orphaned = sum(1 for box in boxes if box["owner_alive"] is False)
+    say(
+        f"  boxes:  {len(boxes)} pybox box(es) exist; {orphaned} left by runs that died"
+        + (" (`pybox sweep` removes them)" if orphaned else "")
+    )
+
+
+def _report_state(session: Session, doing: bool) -> None:
+    root = session.state.root
+    if root.exists():
+        say(f"  state:  {root} (exists)")
+    else:
+        verb = "creating" if doing else "would create"
+        say(f"  state:  {verb} {root} (0700) for images.json and run records")
+
+
+def _report_image(plan: BuildPlan, doing: bool) -> None:
+    if plan.up_to_date and plan.recorded is not None:
+        say(f"  image:  stdlib is built and recorded ({plan.recorded.image_id[:19]})")
+        return
+    say(
+        f"  image:  {'building' if doing else 'would build'} stdlib as {plan.reference}: "
+        f"Debian {plan.recipe.suite} minbase + python3 from {plan.recipe.mirror} "
+        f"(mirror found in {plan.mirror_found_in})"
+    )
+    say(
+        f"  {'downloading' if doing else 'would download'}: the Debian packages of python3 "
+        f"and a minimal base from {plan.recipe.mirror}"
+    )
+    say(
+        f"  folder: {'using' if doing else 'would use'} a temporary pybox-build-* folder in "
+        f"{tempfile.gettempdir()}, removed afterwards"
+    )
+
+
+def _check_run(session: Session) -> None:
     outcome = session.run(RunRequest(code=b"print(6*7)\n", limits=LimitRequest(timeout_s=30.0)))
     receipt = outcome.receipt
     if receipt.status is not Status.SUCCEEDED or outcome.stdout != b"42\n":
@@ -46,8 +152,6 @@ def cmd_setup(args: argparse.Namespace) -> int:
         f"({receipt.observed_by_engine.posture_fields_checked} "
         "settings verified, box removed and confirmed gone)"
     )
-    say("pybox is ready: echo 'print(6*7)' | pybox exec -")
-    return 0
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
@@ -103,9 +207,12 @@ def _add_build_source_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def register(commands: Commands) -> None:
-    setup = commands.add_parser("setup", help="check the engine and build the stdlib image")
+    setup = commands.add_parser(
+        "setup", help="check the engine (or make pybox's VM on macOS) and build the stdlib image"
+    )
     setup.add_argument("--yes", action="store_true", help="do it (without it: a dry run)")
     _add_build_source_flags(setup)
+    add_tool_flags(setup)
     setup.set_defaults(handler=cmd_setup)
 
     image = commands.add_parser("image", help="build and list images")

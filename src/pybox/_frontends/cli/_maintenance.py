@@ -7,7 +7,14 @@ import json
 import os
 import sys
 
-from pybox._frontends.cli._common import EXIT_PYBOX_FAILED, Commands, open_session, say
+from pybox._frontends.cli._common import (
+    EXIT_PYBOX_FAILED,
+    Commands,
+    add_tool_flags,
+    open_session,
+    say,
+    tool_paths,
+)
 from pybox._orchestration.doctor import diagnose
 from pybox._version import __version__
 
@@ -26,7 +33,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    report = diagnose(os.environ, args.config)
+    report = diagnose(os.environ, args.config, tool_paths(args))
     if args.json:
         say(json.dumps(report, indent=2), sys.stdout)
         return 0
@@ -37,6 +44,26 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         f"{platform_facts['machine']}, Python {platform_facts['python']}",
         out,
     )
+    if "pybox_platform" in platform_facts:
+        say(f"platform: {platform_facts['pybox_platform']} ({platform_facts['chosen_by']})", out)
+    colima = report.get("colima")
+    if colima and colima.get("colima"):
+        say(
+            f"colima: {colima['colima']['path']} ({colima['colima']['found_by']}), "
+            f"version {colima.get('version', 'unknown')}",
+            out,
+        )
+        docker_cli = colima.get("docker_cli")
+        say(
+            f"docker: {docker_cli['path']} (version {docker_cli['version'] or 'unknown'})"
+            if docker_cli
+            else "docker: not found in a trusted place",
+            out,
+        )
+    vm = report.get("vm")
+    if vm:
+        verified = " (no mounts, no port forwards: verified)" if vm["isolation_verified"] else ""
+        say(f"vm:     Colima profile {vm['profile']}: {vm['state']}{verified}", out)
     engine = report.get("engine")
     if engine:
         say(f"engine: {engine['socket']} (found by {engine['found_by']})", out)
@@ -58,6 +85,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         say(f"problem: {problem['what']}: {problem['detail']} -> next: {problem['next']}", out)
     if not report["problems"]:
         say("no problems found", out)
+    for step in report["next"]:
+        say(f"next:   {step}", out)
     return 0
 
 
@@ -69,8 +98,11 @@ def cmd_version(args: argparse.Namespace) -> int:
 def register(commands: Commands) -> None:
     sweep = commands.add_parser("sweep", help="remove boxes left by runs that died")
     sweep.set_defaults(handler=cmd_sweep)
-    doctor = commands.add_parser("doctor", help="read-only check of engine, images and leftovers")
+    doctor = commands.add_parser(
+        "doctor", help="read-only check of platform, tools, VM, engine, images and leftovers"
+    )
     doctor.add_argument("--json", action="store_true")
+    add_tool_flags(doctor)
     doctor.set_defaults(handler=cmd_doctor)
     version = commands.add_parser("version", help="print the version")
     version.set_defaults(handler=cmd_version)

@@ -1,0 +1,163 @@
+"""Where boxes run: the local engine (Linux) or pybox's own Colima VM (macOS).
+
+The choice comes from the operating system, unless the operator sets
+`platform = "linux" | "colima"` in the config file or `PYBOX_PLATFORM` in the
+environment (for tests, or an unusual setup such as Colima on Linux). Everything
+else (the engine, the receipts, the front ends) is the same on both.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pybox._adapters.cgroups import Sampler, SamplerFactory, local_sampler_factory
+from pybox._adapters.colima import (
+    HOMEBREW_BIN_DIRS,
+    PROFILE,
+    Colima,
+    VMSize,
+    find_tool,
+    vm_sampler_factory,
+)
+from pybox._adapters.config import Settings
+from pybox._adapters.engine import DockerEngine, Engine, find_endpoint
+from pybox._adapters.quarantine import mark_quarantined
+from pybox._core.errors import PlatformError, VMIsolationError
+from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S
+from pybox._orchestration.outputs import FileMarker
+
+
+@dataclass(frozen=True)
+class PlatformChoice:
+    name: str  # "linux" or "colima"
+    chosen_by: str
+
+
+def choose_platform(settings: Settings, sys_platform: str | None = None) -> PlatformChoice:
+    if settings.platform != "auto":
+        return PlatformChoice(settings.platform, settings.platform_source)
+    system = sys_platform or sys.platform
+    if system == "darwin":
+        return PlatformChoice("colima", "macOS (sys.platform darwin)")
+    return PlatformChoice("linux", f"the operating system (sys.platform {system})")
+
+
+@dataclass(frozen=True)
+class ToolPaths:
+    """Explicit tool paths given on the command line (they win over the config)."""
+
+    colima: str | None = None
+    docker: str | None = None
+
+
+NO_TOOL_PATHS = ToolPaths()
+
+
+def make_colima(
+    settings: Settings,
+    environ: Mapping[str, str],
+    tools: ToolPaths = NO_TOOL_PATHS,
+    *,
+    search_dirs: Sequence[str] = HOMEBREW_BIN_DIRS,
+    require_docker: bool = True,
+) -> Colima:
+    """Find the tools (explicit flag, then PYBOX_COLIMA / PYBOX_DOCKER_CLI, then
+    the config file, then Homebrew's folders) and return the Colima driver."""
+    colima = find_tool(
+        "colima",
+        tools.colima or environ.get("PYBOX_COLIMA") or settings.colima.colima,
+        search_dirs,
+    )
+    docker_path = tools.docker or environ.get("PYBOX_DOCKER_CLI") or settings.colima.docker
+    try:
+        docker = find_tool("docker", docker_path, search_dirs)
+    except PlatformError:
+        if require_docker:
+            raise
+        docker = None  # pybox talks to the engine socket itself; Colima needs the CLI
+    return Colima(
+        colima,
+        docker,
+        environ=environ,
+        docker_config_dir=settings.state_dir / "colima-docker-config",
+    )
+
+
+def vm_size(settings: Settings) -> VMSize:
+    colima = settings.colima
+    return VMSize(cpus=colima.cpus, memory_gib=colima.memory_gib, disk_gib=colima.disk_gib)
+
+
+class Host:
+    """How a session reaches its engine and watches its boxes on one platform."""
+
+    def __init__(
+        self, settings: Settings, environ: Mapping[str, str], choice: PlatformChoice
+    ) -> None:
+        self.settings = settings
+        self.environ = dict(environ)
+        self.choice = choice
+        self._colima: Colima | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.choice.name
+
+    def colima(self) -> Colima:
+        """The checked Colima driver (found in a trusted place, new enough)."""
+        with self._lock:
+            if self._colima is None:
+                colima = make_colima(self.settings, self.environ, require_docker=False)
+                colima.require_version()
+                self._colima = colima
+            return self._colima
+
+    def connect(self) -> Engine:
+        if self.name == "colima":
+            endpoint, _ = self.colima().verified_endpoint()
+            return DockerEngine.connect(endpoint)
+        return DockerEngine.connect(find_endpoint(self.environ))
+
+    def check_before_run(self) -> None:
+        """On macOS, re-read the profile's files before every box: a long-lived
+        session must not keep using a VM that was reconfigured with a mount or a
+        port forwarder after it connected."""
+        if self.name != "colima":
+            return
+        problems = self.colima().config_problems()
+        if problems:
+            raise VMIsolationError(
+                f"pybox refuses to use the Colima profile {PROFILE}: "
+                + "; ".join(problems)
+                + ". Recreate it: `pybox vm delete --yes`, then `pybox setup --yes`."
+            )
+
+    def sampler_factory(self) -> SamplerFactory:
+        if self.name != "colima":
+            return local_sampler_factory(SAMPLE_INTERVAL_S)
+
+        def factory(container_id: str) -> Sampler | None:
+            return vm_sampler_factory(self.colima())(container_id)
+
+        return factory
+
+    def output_marker(self) -> FileMarker | None:
+        """Returned files from the VM get the macOS quarantine mark."""
+        if self.name != "colima":
+            return None
+
+        def mark(paths: list[Path]) -> None:
+            mark_quarantined(paths)
+
+        return mark
+
+
+def open_host(settings: Settings, environ: Mapping[str, str] | None = None) -> Host:
+    env = os.environ if environ is None else environ
+    return Host(settings, env, choose_platform(settings))
