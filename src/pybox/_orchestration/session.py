@@ -23,13 +23,16 @@ from pybox._core.limits import Limits, Policy
 from pybox._core.receipt import EngineFacts
 from pybox._core.request import RunRequest, check_request
 from pybox._inbox import bootstrap_source
+from pybox._orchestration.builds import lock_changed
 from pybox._orchestration.cleanup import SweepReport, sweep
+from pybox._orchestration.image_operations import ImageOperations
 from pybox._orchestration.images import (
     BuildPlan,
     ImageStatus,
     build_stdlib,
     check_images,
     plan_stdlib,
+    verify_for_run,
 )
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
 from pybox._version import __version__
@@ -49,6 +52,7 @@ class Session:
         sampler_factory: SamplerFactory | None = None,
         is_owner_alive: Callable[[str], bool | None] = owner_alive,
         runtime: str = "runc",
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -58,10 +62,13 @@ class Session:
         self.is_owner_alive = is_owner_alive
         self._sampler_factory = sampler_factory or local_sampler_factory(SAMPLE_INTERVAL_S)
         self._runtime = runtime
+        self._environ = os.environ if environ is None else environ
         self._bootstrap = bootstrap_source()
         self._swept = False
         self._lock = threading.Lock()
         self._engine_cpus: int | None = None
+        # Image IDs are content hashes, so an image checked once stays checked.
+        self._verified_images: set[tuple[str, str, str]] = set()
 
     @classmethod
     def open(
@@ -73,6 +80,7 @@ class Session:
             lambda: DockerEngine.connect(find_endpoint(env)),
             StateStore(settings.state_dir),
             settings.policy,
+            environ=env,
         )
 
     @property
@@ -127,6 +135,22 @@ class Session:
             )
         return record
 
+    def verified_image(self, name: str) -> ImageRecord:
+        """The recorded image, checked against the engine (ID, name and recipe labels)
+        and against its lock file. Anything else is refused, never used."""
+        record = self.image(name)
+        changed = lock_changed(record)
+        if changed is not None:
+            raise ImageError(
+                f"Refusing to run image {name}: {changed}. Rebuild it with "
+                f"`pybox image build {name}`."
+            )
+        key = (record.name, record.image_id, record.recipe_hash)
+        if key not in self._verified_images:
+            verify_for_run(self.engine, record)
+            self._verified_images.add(key)
+        return record
+
     def engine_facts(self) -> EngineFacts:
         engine = self.engine
         return EngineFacts(
@@ -145,6 +169,10 @@ class Session:
 
     def check_images(self) -> list[ImageStatus]:
         return check_images(self.engine, self.state)
+
+    def images(self) -> ImageOperations:
+        """Building from locks, verifying, removing, pulling and pushing images."""
+        return ImageOperations(self.engine, self.state, self.owner, self._environ)
 
     def sweep(self) -> SweepReport:
         return sweep(self.engine, self.state, self.is_owner_alive)
@@ -165,7 +193,7 @@ class Session:
     ) -> RunOutcome:
         """Run `request` in a fresh box. A failing program is data in the receipt."""
         limits = self.resolve(request)
-        image = self.image(request.image)
+        image = self.verified_image(request.image)
         swept = self._sweep_once()
         run = BoxRun(self._context(), request, limits, image, files_dir, cancel, swept)
         return run.execute()
