@@ -78,6 +78,7 @@ BUILD_MEMORY_BYTES = 4096 * MIB
 BUILD_TMP_BYTES = 2048 * MIB
 BUILD_PIDS = 1024
 PIP_LOCK_NAME = "pip.lock"
+BUILD_BOX_LABELS = (LABEL_MANAGED, LABEL_RUN_ID, LABEL_OWNER, LABEL_EXPIRES_AT, LABEL_VERSION)
 
 # The committed image's environment. Caches point at the box's tmpfs; thread
 # counts follow each run's CPU limit and are set per run (see BoxSpec).
@@ -590,6 +591,9 @@ def _image_config(plan: LockBuildPlan) -> JSONObject:
         "Entrypoint": None,
         "Hostname": "",
         "Labels": {
+            # The engine merges the build box's labels into the image; blank them so
+            # no container made from the image looks like a pybox box to a sweep.
+            **dict.fromkeys(BUILD_BOX_LABELS, ""),
             LABEL_IMAGE: plan.name,
             LABEL_RECIPE: plan.recipe.hash,
             LABEL_PYTHON: VENV_PYTHON,

@@ -6,7 +6,7 @@ only run images the operator allowed).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from pybox._orchestration.builds import (
     build_lock_image,
     lock_changed,
     plan_lock_image,
+    read_lock,
     shipped_lock,
 )
 from pybox._orchestration.images import image_problem, remove_recorded
@@ -43,12 +44,21 @@ class Verification:
 
 class ImageOperations:
     def __init__(
-        self, engine: Engine, state: StateStore, owner: str, environ: Mapping[str, str]
+        self,
+        engine: Callable[[], Engine],
+        state: StateStore,
+        owner: str,
+        environ: Mapping[str, str],
     ) -> None:
-        self.engine = engine
+        # Connected on first use, so a bad lock file is refused even without an engine.
+        self._engine = engine
         self.state = state
         self.owner = owner
         self.environ = environ
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine()
 
     def _record(self, name: str) -> ImageRecord:
         check_image_name(name)
@@ -63,6 +73,8 @@ class ImageOperations:
     def plan_build(self, name: str, lock: str | None) -> LockBuildPlan:
         check_image_name(name)
         lock_path = Path(lock) if lock else shipped_lock(name, self.environ)
+        if name != "stdlib":
+            read_lock(lock_path)  # a bad lock is refused before the engine is asked
         return plan_lock_image(self.engine, self.state, name, lock_path, self.environ)
 
     def build(self, plan: LockBuildPlan, progress: Progress, *, force: bool = False) -> BuildResult:
@@ -127,6 +139,6 @@ class ImageOperations:
         return registry.pull(self.engine, self.state, pin, chosen, progress)
 
     def push(self, name: str, registry_flag: str, progress: Progress) -> ImagePin:
-        record = self._record(name)
         chosen = check_registry(registry_flag, "--registry")
+        record = self._record(name)
         return registry.push(self.engine, self.state, record, chosen, progress)

@@ -172,7 +172,7 @@ class Session:
 
     def images(self) -> ImageOperations:
         """Building from locks, verifying, removing, pulling and pushing images."""
-        return ImageOperations(self.engine, self.state, self.owner, self._environ)
+        return ImageOperations(lambda: self.engine, self.state, self.owner, self._environ)
 
     def sweep(self) -> SweepReport:
         return sweep(self.engine, self.state, self.is_owner_alive)
