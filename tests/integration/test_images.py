@@ -340,3 +340,42 @@ def test_pull_by_digest_from_a_loopback_registry(
             for reference in (engine.inspect_image(image_id) or {}).get("RepoTags") or []:
                 engine.remove_image(reference)
     assert engine.inspect_image(image_id) is None
+
+
+def test_pull_stdlib_by_digest_and_the_receipt_names_it(
+    engine: Engine, registry: str, private_state: Path, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    store = StateStore(private_state)
+    stdlib = store.image("stdlib")
+    assert stdlib is not None
+    image = engine.inspect_image(stdlib.image_id) or {}
+    if not image.get("RepoTags"):
+        pytest.skip("the recorded stdlib image has no tag of its own; not touching it")
+    env = dict(cli_env, PYBOX_STATE_DIR=str(private_state))
+    pushed = run_cli(["image", "push", "stdlib", "--registry", registry], env)
+    assert pushed.returncode == 0, pushed.stderr.decode()
+    pins = tmp_path / "images.toml"
+    pins.write_text(pushed.stdout.decode())
+    digest = pushed.stdout.decode().split('digest = "')[1].split('"')[0]
+    reference = f"{registry}/pybox/stdlib@{digest}"
+    try:
+        pulled = run_cli(
+            ["image", "pull", "stdlib", "--registry", registry, "--pins", str(pins)], env
+        )
+        assert pulled.returncode == 0, pulled.stderr.decode()
+        record = store.image("stdlib")
+        assert record is not None
+        assert record.image_id == stdlib.image_id and record.digest == digest
+        ran = run_cli(["exec", "-", "--json"], env, stdin=b"print(6*7)\n")
+        assert ran.returncode == 0, ran.stderr.decode()
+        facts = json.loads(ran.stdout)["receipt"]["configured"]["image"]
+        assert facts == {
+            "name": "stdlib",
+            "id": stdlib.image_id,
+            "recipe_hash": stdlib.recipe_hash,
+            "digest": digest,
+        }
+    finally:
+        # Only the registry's reference goes; the image keeps its own tag.
+        engine.remove_image(reference)
+    assert engine.inspect_image(stdlib.image_id) is not None

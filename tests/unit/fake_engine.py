@@ -371,7 +371,10 @@ class FakeEngine:
 
     def remove_image(self, reference: str) -> bool:
         self._call("remove_image", reference)
-        return self.images.pop(reference, None) is not None
+        image = self.images.pop(reference, None)
+        if image is not None and reference in image.get("RepoTags", []):
+            image["RepoTags"].remove(reference)
+        return image is not None
 
     def names(self, operation: str) -> list[str]:
         return [target for name, target in self.calls if name == operation]
@@ -412,7 +415,9 @@ class FakeEngine:
 
     def tag_image(self, reference: str, repo: str, tag: str) -> None:
         self._call("tag", f"{repo}:{tag}")
-        self.images[f"{repo}:{tag}"] = self.images[reference]
+        image = self.images[reference]
+        image.setdefault("RepoTags", []).append(f"{repo}:{tag}")
+        self.images[f"{repo}:{tag}"] = image
 
     def push_image(self, repo: str, tag: str) -> str:
         self._call("push", f"{repo}:{tag}")

@@ -234,6 +234,11 @@ def test_pull_and_push_through_the_fake_registry(engine: FakeEngine, state: Stat
     engine.images[record.image_id].update({"Os": "linux", "Architecture": "amd64"})
     pin = registry.push(engine, state, record, "127.0.0.1:5999", lambda m: None)
     assert pin.platform == "linux/amd64"
+    # The registry tag was the image's only tag: it is kept, so the image is too.
+    assert engine.names("remove_image") == []
+    engine.images[record.image_id]["RepoTags"].append("pybox/stdlib:local")
+    registry.push(engine, state, record, "127.0.0.1:5999", lambda m: None)
+    assert engine.names("remove_image") == ["127.0.0.1:5999/pybox/stdlib:343434343434"]
     state.forget_image("stdlib")
     wrong = dataclasses.replace(pin, digest="sha256:" + "0" * 64)
     with pytest.raises(ImageError, match="The registry refused"):

@@ -141,8 +141,20 @@ def push(
     except EngineError as exc:
         raise ImageError(f"Pushing {record.name} to {registry} failed: {exc}") from exc
     finally:
-        engine.remove_image(f"{remote}:{tag}")  # only the registry tag; the image stays
+        _untag_if_tagged_elsewhere(engine, record.image_id, f"{remote}:{tag}", progress)
     pin = ImagePin(record.name, repository, digest, platform_of(image))
     state.record_image(dataclasses.replace(record, digest=digest))
     progress(f"pushed {record.name}: {remote}@{digest}")
     return pin
+
+
+def _untag_if_tagged_elsewhere(
+    engine: Engine, image_id: str, reference: str, progress: Progress
+) -> None:
+    """Drop the registry tag pybox added, unless it is the image's only tag: removing
+    an image's last tag would remove the image itself."""
+    tags = [str(t) for t in (engine.inspect_image(image_id) or {}).get("RepoTags") or []]
+    if any(tag != reference for tag in tags):
+        engine.remove_image(reference)
+    else:
+        progress(f"kept the tag {reference}: it is the image's only tag")
