@@ -327,6 +327,24 @@ def explain_pip_failure(lines: list[str]) -> tuple[str | None, str]:
     return (collecting[-1] if collecting else None, why)
 
 
+class _PipProgress:
+    """pip's milestones, with how many of the locked packages it has reached."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.collected = 0
+
+    def __call__(self, line: str) -> str | None:
+        if not line.startswith(_SHOWN_PIP_LINES):
+            return None
+        if line.startswith("Collecting"):
+            self.collected += 1
+            percent = 100 * self.collected // max(self.total, 1)
+            requirement = line.split(" (from", maxsplit=1)[0]
+            return f"[{self.collected}/{self.total} {percent:3d}%] {requirement}"
+        return line
+
+
 class _BuildBox:
     """The build box's steps: each one an exec, timed, with the engine's network view."""
 
@@ -363,7 +381,7 @@ class _BuildBox:
         self,
         argv: list[str],
         timeout_s: float,
-        show: Callable[[str], bool] = lambda line: False,
+        show: Callable[[str], str | None] = lambda line: None,
     ) -> tuple[int | None, list[str]]:
         """Run argv in the box as root; its exit code and output lines."""
         exec_id = self.engine.exec_create(self.container_id, argv, "0:0")
@@ -389,8 +407,9 @@ class _BuildBox:
                 for raw in complete:
                     line = raw.decode("utf-8", "replace").rstrip()
                     lines.append(line)
-                    if show(line):
-                        self.say(f"  {line[:160]}")
+                    shown = show(line)
+                    if shown is not None:
+                        self.say(f"  {shown[:160]}")
         finally:
             stream.close()
         if pending:
@@ -488,7 +507,7 @@ def build_lock_image(
                 lambda: box.run(
                     install_argv,
                     INSTALL_TIMEOUT_S,
-                    show=lambda line: line.startswith(_SHOWN_PIP_LINES),
+                    show=_PipProgress(len(plan.lock.requirements)),
                 ),
             )
         finally:

@@ -99,7 +99,10 @@ class ImageOperations:
         if problem is not None:
             problems.append(problem)
         else:
-            checks.append(f"the engine holds {record.image_id} labelled {name} / recipe")
+            checks.append(
+                f"the engine holds {record.image_id}, labelled {name} with recipe "
+                f"{record.recipe_hash}"
+            )
         changed = lock_changed(record)
         if changed is not None:
             problems.append(changed + f"; rebuild with `pybox image build {name}`")
