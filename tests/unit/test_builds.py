@@ -143,6 +143,18 @@ def test_explain_pip_failure_for_a_missing_version() -> None:
     assert "no wheel of that version" in why
 
 
+def test_explain_pip_failure_when_the_index_is_unreachable() -> None:
+    package, why = explain_pip_failure(
+        [
+            "WARNING: Retrying (Retry(total=4)) after connection broken by "
+            "'NewConnectionError(...: Failed to establish a new connection)': /simple/six/",
+            "ERROR: Could not find a version that satisfies the requirement six==1.17.0",
+        ]
+    )
+    assert package == "six==1.17.0"
+    assert why.startswith("the index could not be reached")
+
+
 def test_stdlib_takes_no_lock(engine: FakeEngine, state: StateStore, lock: Path) -> None:
     with pytest.raises(InvalidRequest, match="takes no lock"):
         plan_lock_image(engine, state, "stdlib", lock, {})

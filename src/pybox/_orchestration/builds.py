@@ -294,6 +294,10 @@ _NOT_FOUND_RE = re.compile(
     r"No matching distribution found for) (?P<pin>\S+)"
 )
 _COLLECTING_RE = re.compile(r"^Collecting (?P<pin>\S+)")
+_UNREACHABLE_RE = re.compile(
+    r"Retrying|NewConnectionError|Max retries exceeded|SSLError|CERTIFICATE_VERIFY_FAILED|"
+    r"Temporary failure in name resolution|Could not fetch URL"
+)
 
 
 def explain_pip_failure(lines: list[str]) -> tuple[str | None, str]:
@@ -314,7 +318,14 @@ def explain_pip_failure(lines: list[str]) -> tuple[str | None, str]:
                         f"the downloaded file's sha256 is {got}, but the lock allows only "
                         f"{expected}: the lock is wrong or the file was tampered with",
                     )
+    unreachable = [line.strip() for line in lines if _UNREACHABLE_RE.search(line)]
     for line in lines:
+        if unreachable and (match := _NOT_FOUND_RE.search(line)):
+            return (
+                match.group("pin"),
+                f"the index could not be reached ({unreachable[-1][:200]}); check pip's index "
+                "URL and CA bundle (pip config list) and this machine's network",
+            )
         if match := _NOT_FOUND_RE.search(line):
             return (
                 match.group("pin"),
