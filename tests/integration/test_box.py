@@ -349,6 +349,7 @@ def test_unknown_image_id_is_refused(engine: Engine, tmp_path: Path, bad_id: str
             "stdlib", bad_id, "sha256:" + "1" * 64, "/usr/bin/python3", "2026-01-01T00:00:00Z"
         )
     )
-    with pytest.raises(ImageError, match="no longer in the engine"):
+    # Refused by the image check before any box is created.
+    with pytest.raises(ImageError, match="missing from the engine"):
         Session(engine, state, Policy()).run(RunRequest(code=b"print(1)"))
     assert state.attempts() == {}

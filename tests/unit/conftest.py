@@ -8,9 +8,10 @@ from pybox._adapters.state import StateStore
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Policy
 from pybox._orchestration.session import Session
-from tests.unit.fake_engine import FakeEngine
+from tests.unit.fake_engine import TEST_IMAGE_ID, TEST_RECIPE_HASH, FakeEngine
 
-IMAGE_ID = "sha256:" + "12" * 32
+IMAGE_ID = TEST_IMAGE_ID
+RECIPE_HASH = TEST_RECIPE_HASH
 OWNER = "testhost:1:1"
 
 
@@ -21,7 +22,7 @@ def state(tmp_path: Path) -> StateStore:
         ImageRecord(
             name="stdlib",
             image_id=IMAGE_ID,
-            recipe_hash="sha256:" + "34" * 32,
+            recipe_hash=RECIPE_HASH,
             python_path="/usr/bin/python3",
             built_at="2026-01-01T00:00:00Z",
         )

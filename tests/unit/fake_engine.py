@@ -27,6 +27,17 @@ exec(compile(bootstrap_source(), "bootstrap.py", "exec"), _BOOTSTRAP)
 parse_header: Callable[[bytes], dict[str, Any]] = _BOOTSTRAP["parse_header"]
 
 
+# The stdlib image the unit tests' state records, as the engine would show it.
+TEST_IMAGE_ID = "sha256:" + "12" * 32
+TEST_RECIPE_HASH = "sha256:" + "34" * 32
+
+
+def labelled_image(image_id: str, name: str, recipe_hash: str) -> JSONObject:
+    """How the engine shows an image pybox made."""
+    labels = {"io.pybox.image": name, "io.pybox.recipe": recipe_hash}
+    return {"Id": image_id, "Config": {"Labels": labels}}
+
+
 @dataclass
 class Script:
     """What the fake box does once it has received its payload."""
@@ -168,6 +179,29 @@ class FakeAttach:
         self.closed = True
 
 
+class FakeExecStream:
+    """An exec's output, already complete."""
+
+    def __init__(self, output: bytes) -> None:
+        self.chunks: deque[tuple[int, bytes]] = deque([(1, output)] if output else [])
+
+    def send(self, data: bytes) -> None:
+        raise AssertionError("build steps send nothing")
+
+    def read(self, timeout_s: float) -> tuple[int, bytes] | None:
+        return self.chunks.popleft() if self.chunks else (0, b"")
+
+    def fileno(self) -> int:
+        return -1
+
+    def close(self) -> None:
+        pass
+
+
+# What an exec prints and returns, given its argv; the default succeeds silently.
+ExecScript = Callable[[list[str]], tuple[int, bytes]]
+
+
 class FakeEngine:
     """In-memory engine. `calls` records every operation in order."""
 
@@ -179,9 +213,16 @@ class FakeEngine:
         self.tamper: Callable[[JSONObject], None] | None = None
         self.fail: dict[str, Exception] = {}
         self.on_read: Callable[[], None] | None = None
-        self.images: dict[str, JSONObject] = {}
+        self.images: dict[str, JSONObject] = {
+            TEST_IMAGE_ID: labelled_image(TEST_IMAGE_ID, "stdlib", TEST_RECIPE_HASH)
+        }
         self.ncpu = 2
         self._next = 0
+        self.exec_script: ExecScript = lambda argv: (0, b"")
+        self.execs: dict[str, tuple[str, list[str], int, bytes]] = {}
+        self.networks: dict[str, set[str]] = {}
+        self.archives: list[tuple[str, str, bytes]] = []
+        self.registry: dict[str, JSONObject] = {}
 
     @property
     def endpoint(self) -> EngineEndpoint:
@@ -223,6 +264,8 @@ class FakeEngine:
         self._next += 1
         container_id = f"{self._next:064x}"
         self.containers[container_id] = FakeContainer(container_id, name, copy.deepcopy(body))
+        mode = body.get("HostConfig", {}).get("NetworkMode")
+        self.networks[container_id] = {mode} if mode == "bridge" else set()
         return container_id
 
     def inspect_container(self, container_id: str) -> JSONObject | None:
@@ -246,6 +289,9 @@ class FakeEngine:
             "HostConfig": host,
             "Mounts": [],
             "HostsPath": "",
+            "NetworkSettings": {
+                "Networks": {n: {} for n in self.networks.get(container.container_id, set())}
+            },
             "ResolvConfPath": "",
             "State": {
                 "Status": container.state,
@@ -325,7 +371,66 @@ class FakeEngine:
 
     def remove_image(self, reference: str) -> bool:
         self._call("remove_image", reference)
-        return self.images.pop(reference, None) is not None
+        image = self.images.pop(reference, None)
+        if image is not None and reference in image.get("RepoTags", []):
+            image["RepoTags"].remove(reference)
+        return image is not None
 
     def names(self, operation: str) -> list[str]:
         return [target for name, target in self.calls if name == operation]
+
+    # -- building and moving images -----------------------------------------------
+
+    def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None:
+        self._call("put_archive", container_id)
+        self.archives.append((container_id, path, tar_bytes))
+
+    def exec_create(self, container_id: str, argv: list[str], user: str) -> str:
+        self._call("exec", " ".join(argv))
+        code, output = self.exec_script(argv)
+        exec_id = f"exec{len(self.execs)}"
+        self.execs[exec_id] = (container_id, list(argv), code, output)
+        self.calls.append(("exec_networks", ",".join(sorted(self.networks[container_id]))))
+        return exec_id
+
+    def exec_start(self, exec_id: str) -> FakeExecStream:
+        return FakeExecStream(self.execs[exec_id][3])
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        return self.execs[exec_id][2]
+
+    def connect_network(self, network: str, container_id: str) -> None:
+        self._call("connect", network)
+        self.networks[container_id].add(network)
+
+    def disconnect_network(self, network: str, container_id: str) -> None:
+        self._call("disconnect", network)
+        self.networks[container_id].discard(network)
+
+    def commit(self, container_id: str, repo: str, tag: str, config: JSONObject) -> str:
+        self._call("commit", f"{repo}:{tag}")
+        image_id = "sha256:" + f"{len(self.images) + 1:02x}" * 32
+        self.images[image_id] = {"Id": image_id, "Config": copy.deepcopy(config)}
+        return image_id
+
+    def tag_image(self, reference: str, repo: str, tag: str) -> None:
+        self._call("tag", f"{repo}:{tag}")
+        image = self.images[reference]
+        image.setdefault("RepoTags", []).append(f"{repo}:{tag}")
+        self.images[f"{repo}:{tag}"] = image
+
+    def push_image(self, repo: str, tag: str) -> str:
+        self._call("push", f"{repo}:{tag}")
+        digest = "sha256:" + "cd" * 32
+        self.registry[f"{repo}@{digest}"] = self.images[f"{repo}:{tag}"]
+        return digest
+
+    def pull_image(self, repo: str, digest: str, platform: str) -> None:
+        self._call("pull", f"{repo}@{digest}")
+        reference = f"{repo}@{digest}"
+        if reference not in self.registry:
+            raise EngineAPIError("manifest unknown", status=404, engine_message="manifest unknown")
+        image = {**self.registry[reference], "RepoDigests": [reference]}
+        image.update({"Os": "linux", "Architecture": "amd64"})
+        self.images[reference] = image
+        self.images[str(image["Id"])] = image

@@ -137,3 +137,31 @@ def test_json_error_record_on_stdout(tmp_path: Path, capsys: pytest.CaptureFixtu
             "most 8192 MiB, or have the operator raise ceilings.memory_mib.",
         },
     }
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["image", "build", "stdlib", "--lock", "x.lock"], "takes no --lock"),
+        (["image", "build", "tools", "--lock", "/nonexistent/x.lock"], "Cannot read the lock"),
+        (["image", "build", "Bad Name", "--lock", "x.lock"], "is not valid"),
+        (["image", "build", "tools", "--suite", "bookworm"], "only apply to the stdlib image"),
+        (["image", "push", "data", "--registry", "https://host/x"], "not a registry address"),
+    ],
+)
+def test_image_commands_refuse_bad_input_without_an_engine(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_a_lock_without_hashes_is_refused_before_the_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = tmp_path / "tools.lock"
+    lock.write_text("numpy==2.4.6\n")
+    assert main(["image", "build", "tools", "--lock", str(lock)]) == 2
+    err = capsys.readouterr().err
+    assert f"{lock}, line 1: no --hash" in err
+    assert "--generate-hashes" in err

@@ -49,8 +49,8 @@ def test_success_runs_the_lifecycle_in_order(
     assert receipt.observed_by_engine.removal_confirmed
     assert receipt.configured.image.id == IMAGE_ID
     operations = [name for name, _ in engine.calls]
-    # create, read back, attach, start ... then remove and confirm with a final inspect.
-    assert operations[:5] == ["list", "create", "inspect", "attach", "start"]
+    # image checked, create, read back, attach, start ... then remove and confirm.
+    assert operations[:6] == ["inspect_image", "list", "create", "inspect", "attach", "start"]
     assert operations[-2:] == ["remove", "inspect"]
     assert operations.index("wait") < operations.index("remove")
     assert_clean(engine, state)

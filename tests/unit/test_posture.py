@@ -173,3 +173,13 @@ def test_a_weakened_box_never_starts(requirement: Requirement, state: StateStore
     assert "attach" not in [name for name, _ in engine.calls]
     assert engine.containers == {}
     assert receipt.observed_by_engine.removal_confirmed
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(0.5, "1"), (1.0, "1"), (1.5, "2"), (2.0, "2")])
+def test_thread_counts_follow_the_cpu_limit(cpus: float, threads: str) -> None:
+    import dataclasses
+
+    spec = dataclasses.replace(SPEC, limits=dataclasses.replace(BUILTIN_DEFAULTS, cpus=cpus))
+    environment = dict(item.split("=", 1) for item in spec.environment())
+    assert environment["OMP_NUM_THREADS"] == threads
+    assert environment["OPENBLAS_NUM_THREADS"] == threads

@@ -52,7 +52,7 @@ PINNED = {
         "collect_outputs",
     ],
     "configured.engine": ["endpoint", "api_version", "server_version"],
-    "configured.image": ["name", "id", "recipe_hash"],
+    "configured.image": ["name", "id", "recipe_hash", "digest"],
     "configured.limits": [
         "timeout_s",
         "memory_bytes",

@@ -8,6 +8,7 @@ tests implement it with a fake.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -133,6 +134,28 @@ class Engine(Protocol):
     ) -> str: ...
 
     def remove_image(self, reference: str) -> bool: ...
+
+    # Building and moving images (not used by runs).
+
+    def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None: ...
+
+    def exec_create(self, container_id: str, argv: list[str], user: str) -> str: ...
+
+    def exec_start(self, exec_id: str) -> AttachStream: ...
+
+    def exec_exit_code(self, exec_id: str) -> int | None: ...
+
+    def connect_network(self, network: str, container_id: str) -> None: ...
+
+    def disconnect_network(self, network: str, container_id: str) -> None: ...
+
+    def commit(self, container_id: str, repo: str, tag: str, config: JSONObject) -> str: ...
+
+    def tag_image(self, reference: str, repo: str, tag: str) -> None: ...
+
+    def push_image(self, repo: str, tag: str) -> str: ...
+
+    def pull_image(self, repo: str, digest: str, platform: str) -> None: ...
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -319,11 +342,13 @@ class DockerEngine:
         content_type: str = "application/json",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         versioned: bool = True,
+        raw_body: bytes | None = None,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes, http.client.HTTPMessage]:
         full_path = self._path(path, query, versioned)
         conn = _UnixHTTPConnection(self._endpoint.socket_path, timeout_s)
         try:
-            headers = {"Host": "docker"}
+            headers = {"Host": "docker", **(extra_headers or {})}
             payload: bytes | Iterable[bytes] | None = None
             if body is not None:
                 payload = json.dumps(body).encode()
@@ -332,6 +357,9 @@ class DockerEngine:
                 payload = stream_body
                 headers["Content-Type"] = content_type
                 headers["Transfer-Encoding"] = "chunked"
+            elif raw_body is not None:
+                payload = raw_body
+                headers["Content-Type"] = content_type
             conn.request(
                 method,
                 full_path,
@@ -475,10 +503,15 @@ class DockerEngine:
             {"stream": "1", "stdin": "1", "stdout": "1", "stderr": "1"},
             versioned=True,
         )
+        return self._hijack(path, b"", f"attach to {container_id[:12]}")
+
+    def _hijack(self, path: str, body: bytes, what: str) -> DockerAttachStream:
+        """POST `path` asking the engine to upgrade the connection to a raw stream."""
+        content_type = "Content-Type: application/json\r\n" if body else ""
         request = (
             f"POST {path} HTTP/1.1\r\nHost: docker\r\nUpgrade: tcp\r\n"
-            "Connection: Upgrade\r\nContent-Length: 0\r\n\r\n"
-        ).encode()
+            f"Connection: Upgrade\r\n{content_type}Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(DEFAULT_TIMEOUT_S)
         try:
@@ -488,10 +521,10 @@ class DockerEngine:
             while b"\r\n\r\n" not in received:
                 data = sock.recv(65536)
                 if not data:
-                    raise EngineError("The engine closed the attach connection before answering.")
+                    raise EngineError(f"The engine closed the connection before it would {what}.")
                 received += data
                 if len(received) > 65536:
-                    raise EngineError("The engine's attach answer has oversized headers.")
+                    raise EngineError(f"The engine's answer to {what} has oversized headers.")
         except OSError as exc:
             sock.close()
             raise _unreachable(self._endpoint, exc) from exc
@@ -503,8 +536,146 @@ class DockerEngine:
         parts = status_line.split(" ", 2)
         if len(parts) < 2 or parts[1] not in ("101", "200"):
             sock.close()
-            raise EngineError(f"The engine refused to attach to {container_id[:12]}: {status_line}")
+            raise EngineError(f"The engine refused to {what}: {status_line}")
         return DockerAttachStream(sock, leftover)
+
+    # -- build steps ------------------------------------------------------------
+
+    def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None:
+        """Unpack a tar into the container's root filesystem (no host path involved)."""
+        self._call(
+            "PUT",
+            f"/containers/{container_id}/archive",
+            query={"path": path},
+            raw_body=tar_bytes,
+            content_type="application/x-tar",
+            timeout_s=300.0,
+        )
+
+    def exec_create(self, container_id: str, argv: list[str], user: str) -> str:
+        body = {
+            "Cmd": argv,
+            "User": user,
+            "AttachStdin": False,
+            "AttachStdout": True,
+            "AttachStderr": True,
+            "Tty": False,
+        }
+        result = self._call("POST", f"/containers/{container_id}/exec", body=body)
+        exec_id = result.get("Id") if isinstance(result, dict) else None
+        if not isinstance(exec_id, str) or not exec_id:
+            raise EngineError(f"The engine made no exec in {container_id[:12]}: {result!r}")
+        return exec_id
+
+    def exec_start(self, exec_id: str) -> DockerAttachStream:
+        path = self._path(f"/exec/{exec_id}/start", None, versioned=True)
+        body = json.dumps({"Detach": False, "Tty": False}).encode()
+        return self._hijack(path, body, f"start exec {exec_id[:12]}")
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        result = self._call("GET", f"/exec/{exec_id}/json")
+        code = result.get("ExitCode") if isinstance(result, dict) else None
+        running = result.get("Running") if isinstance(result, dict) else None
+        return code if isinstance(code, int) and running is False else None
+
+    def connect_network(self, network: str, container_id: str) -> None:
+        self._call(
+            "POST", f"/networks/{network}/connect", body={"Container": container_id}, ok=(200,)
+        )
+
+    def disconnect_network(self, network: str, container_id: str) -> None:
+        self._call(
+            "POST",
+            f"/networks/{network}/disconnect",
+            body={"Container": container_id, "Force": True},
+            ok=(200,),
+        )
+
+    def commit(self, container_id: str, repo: str, tag: str, config: JSONObject) -> str:
+        """A new image from the container's filesystem, with exactly `config` (labels too)."""
+        result = self._call(
+            "POST",
+            "/commit",
+            query={"container": container_id, "repo": repo, "tag": tag, "pause": "1"},
+            body=config,
+            timeout_s=1800.0,
+        )
+        image_id = result.get("Id") if isinstance(result, dict) else None
+        if not isinstance(image_id, str) or not image_id.startswith("sha256:"):
+            raise EngineError(f"The engine's commit returned no image ID: {result!r}")
+        return image_id
+
+    def tag_image(self, reference: str, repo: str, tag: str) -> None:
+        self._call(
+            "POST",
+            f"/images/{urllib.parse.quote(reference, safe='')}/tag",
+            query={"repo": repo, "tag": tag},
+            ok=(200, 201),
+        )
+
+    def _stream_events(self, what: str, raw: bytes) -> list[JSONObject]:
+        """The engine's JSON progress stream; an `error` event is an engine error."""
+        events: list[JSONObject] = []
+        for line in raw.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            if event.get("error") or event.get("errorDetail"):
+                detail = event.get("errorDetail") or {}
+                message = event.get("error") or detail.get("message") or event
+                raise EngineAPIError(
+                    f"The engine failed to {what}: {message}",
+                    status=200,
+                    engine_message=str(message),
+                )
+            events.append(event)
+        return events
+
+    # An empty credential: pybox pushes and pulls only where no login is needed.
+    _NO_AUTH = {"X-Registry-Auth": base64.urlsafe_b64encode(b"{}").decode()}
+
+    def push_image(self, repo: str, tag: str) -> str:
+        """Push `repo:tag`; the registry's manifest digest."""
+        status, raw = self._request(
+            "POST",
+            f"/images/{urllib.parse.quote(repo, safe='')}/push",
+            query={"tag": tag},
+            extra_headers=self._NO_AUTH,
+            timeout_s=1800.0,
+        )
+        if status != 200:
+            message = _engine_message(raw)
+            raise EngineAPIError(
+                f"The engine refused to push {repo}:{tag} (HTTP {status}): {message}",
+                status=status,
+                engine_message=message,
+            )
+        for event in self._stream_events(f"push {repo}:{tag}", raw):
+            aux = event.get("aux")
+            if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
+                return str(aux["Digest"])
+        raise EngineError(f"The push of {repo}:{tag} reported no digest: {raw[-300:]!r}")
+
+    def pull_image(self, repo: str, digest: str, platform: str) -> None:
+        """Pull exactly `repo@digest` for `platform`; the engine checks the content hash."""
+        status, raw = self._request(
+            "POST",
+            "/images/create",
+            query={"fromImage": repo, "tag": digest, "platform": platform},
+            extra_headers=self._NO_AUTH,
+            timeout_s=1800.0,
+        )
+        if status != 200:
+            message = _engine_message(raw)
+            raise EngineAPIError(
+                f"The engine could not pull {repo}@{digest} (HTTP {status}): {message}",
+                status=status,
+                engine_message=message,
+            )
+        self._stream_events(f"pull {repo}@{digest}", raw)
 
     # -- images ---------------------------------------------------------------
 
@@ -552,8 +723,10 @@ class DockerEngine:
         return image_id
 
     def remove_image(self, reference: str) -> bool:
+        """Remove one image reference. Untagged parent images are kept: they may be
+        someone else's (a committed image's parent is the image it was built on)."""
         status, raw = self._request(
-            "DELETE", f"/images/{urllib.parse.quote(reference, safe='')}", query={"noprune": "0"}
+            "DELETE", f"/images/{urllib.parse.quote(reference, safe='')}", query={"noprune": "1"}
         )
         if status == 200:
             return True

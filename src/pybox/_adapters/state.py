@@ -96,6 +96,16 @@ class StateStore:
             {"version": 1, "images": {name: r.to_dict() for name, r in sorted(images.items())}},
         )
 
+    def forget_image(self, name: str) -> bool:
+        images = self.images()
+        if images.pop(name, None) is None:
+            return False
+        self._write_json(
+            self.images_file,
+            {"version": 1, "images": {n: r.to_dict() for n, r in sorted(images.items())}},
+        )
+        return True
+
     # -- attempts ---------------------------------------------------------------
 
     def _attempt_path(self, run_id: str) -> Path:

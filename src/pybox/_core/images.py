@@ -17,6 +17,10 @@ from pybox._core.errors import InvalidRequest, StateError
 
 IMAGE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 IMAGE_REPO_PREFIX = "pybox/"
+# Written on every image pybox makes; a run checks them against its record.
+LABEL_IMAGE = "io.pybox.image"
+LABEL_RECIPE = "io.pybox.recipe"
+LABEL_PYTHON = "io.pybox.python"
 
 
 def check_image_name(name: object) -> str:
@@ -69,6 +73,9 @@ class ImageRecord:
     env: tuple[tuple[str, str], ...] = field(default=())
     packages: tuple[str, ...] = field(default=())
     recipe: dict[str, Any] = field(default_factory=dict)
+    # Set for images pulled by digest, and for images built from a lock file.
+    digest: str | None = None
+    lock_path: str | None = None
 
     @property
     def reference(self) -> str:
@@ -84,7 +91,17 @@ class ImageRecord:
             "env": [list(item) for item in self.env],
             "packages": list(self.packages),
             "recipe": self.recipe,
+            "digest": self.digest,
+            "lock_path": self.lock_path,
         }
+
+    @property
+    def lock_sha256(self) -> str | None:
+        """The hash of the lock file the image was built from, if it was."""
+        for key, value in self.recipe.get("extra", []):
+            if key == "lock_sha256":
+                return str(value)
+        return None
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> ImageRecord:
@@ -98,9 +115,15 @@ class ImageRecord:
                 env=tuple((str(k), str(v)) for k, v in data.get("env", [])),
                 packages=tuple(str(p) for p in data.get("packages", [])),
                 recipe=dict(data.get("recipe", {})),
+                digest=_optional_str(data.get("digest")),
+                lock_path=_optional_str(data.get("lock_path")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(
                 f"{where} holds an unreadable image record ({exc}). Rebuild the image with "
                 "`pybox image build NAME`."
             ) from exc
+
+
+def _optional_str(value: object) -> str | None:
+    return None if value is None else str(value)

@@ -10,6 +10,7 @@ the run as a sandbox error: never a weaker box.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -27,6 +28,13 @@ INPUT_DIR = "/pybox/input"
 OUTPUT_DIR = "/pybox/output"
 TMP_DIR = "/tmp"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+THREAD_COUNT_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
 
 LABEL_MANAGED = "io.pybox.managed"
 LABEL_RUN_ID = "io.pybox.run-id"
@@ -118,6 +126,9 @@ class BoxSpec:
             "PYBOX_OUTPUT_DIR": OUTPUT_DIR,
             "PYBOX_WORK_DIR": WORK_DIR,
         }
+        # Numeric libraries start one thread per host CPU unless told the box's limit.
+        threads = str(max(1, math.ceil(self.limits.cpus)))
+        env.update(dict.fromkeys(THREAD_COUNT_VARIABLES, threads))
         env.update(dict(self.image_env))
         return [f"{key}={value}" for key, value in env.items()]
 

@@ -63,6 +63,7 @@ class ImageFacts:
     name: str
     id: str
     recipe_hash: str | None
+    digest: str | None = None
 
 
 @dataclass(frozen=True)

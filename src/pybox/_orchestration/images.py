@@ -19,8 +19,14 @@ from pybox._adapters.rootfs import (
     tar_stream,
 )
 from pybox._adapters.state import StateStore
-from pybox._core.errors import ConfigError, ImageBuildError
-from pybox._core.images import IMAGE_REPO_PREFIX, ImageRecord, Recipe
+from pybox._core.errors import ConfigError, ImageBuildError, ImageError
+from pybox._core.images import (
+    IMAGE_REPO_PREFIX,
+    LABEL_IMAGE,
+    LABEL_RECIPE,
+    ImageRecord,
+    Recipe,
+)
 from pybox._core.posture import BOX_USER, DEFAULT_PATH, WORK_DIR
 
 BUILDER_VERSION = 1
@@ -142,15 +148,62 @@ class ImageStatus:
     problem: str | None
 
 
+def image_problem(engine: Engine, record: ImageRecord) -> tuple[bool, str | None]:
+    """(present, problem): whether the engine holds exactly the recorded image.
+
+    The image must exist under the recorded ID and carry pybox's labels for the
+    recorded name and recipe hash, so a record pointed at another image (or an
+    image rebuilt outside pybox) is never used.
+    """
+    found = engine.inspect_image(record.image_id)
+    if found is None:
+        return False, f"missing from the engine; rebuild it with `pybox image build {record.name}`"
+    if found.get("Id") != record.image_id:
+        return True, f"the engine has {found.get('Id')} under the recorded ID {record.image_id}"
+    labels = (found.get("Config") or {}).get("Labels") or {}
+    if labels.get(LABEL_IMAGE) != record.name or labels.get(LABEL_RECIPE) != record.recipe_hash:
+        return True, (
+            f"the engine's image {record.image_id[:19]} is labelled "
+            f"{labels.get(LABEL_IMAGE)!r} with recipe {labels.get(LABEL_RECIPE)!r}, but the "
+            f"record says {record.name!r} with recipe {record.recipe_hash!r}; rebuild it with "
+            f"`pybox image build {record.name}`"
+        )
+    return True, None
+
+
+def verify_for_run(engine: Engine, record: ImageRecord) -> None:
+    """Refuse an image that is not exactly the recorded one."""
+    _, problem = image_problem(engine, record)
+    if problem is not None:
+        raise ImageError(f"Refusing to run image {record.name}: {problem}.")
+
+
 def check_images(engine: Engine, state: StateStore) -> list[ImageStatus]:
     """Every recorded image, and whether the engine still has exactly it."""
     statuses: list[ImageStatus] = []
     for record in state.images().values():
-        found = engine.inspect_image(record.image_id)
-        if found is None:
-            statuses.append(ImageStatus(record, False, "missing from the engine; rebuild it"))
-        elif found.get("Id") != record.image_id:
-            statuses.append(ImageStatus(record, True, f"the engine has {found.get('Id')}"))
-        else:
-            statuses.append(ImageStatus(record, True, None))
+        present, problem = image_problem(engine, record)
+        statuses.append(ImageStatus(record, present, problem))
     return statuses
+
+
+def remove_recorded(engine: Engine, state: StateStore, record: ImageRecord) -> list[str]:
+    """Remove a recorded image's references from the engine, then forget it.
+
+    Only references of exactly the recorded image ID are removed; untagged
+    parents are kept (they may be another image's base).
+    """
+    found = engine.inspect_image(record.image_id)
+    removed: list[str] = []
+    if found is not None and found.get("Id") == record.image_id:
+        references = [str(r) for r in (found.get("RepoTags") or []) if r != "<none>:<none>"]
+        references += [str(r) for r in (found.get("RepoDigests") or [])]
+        for reference in references:
+            if engine.remove_image(reference):
+                removed.append(reference)
+        if engine.inspect_image(record.image_id) is not None and engine.remove_image(
+            record.image_id
+        ):
+            removed.append(record.image_id)
+    state.forget_image(record.name)
+    return removed

@@ -634,7 +634,9 @@ class BoxRun:
                 server_version=engine.server_version,
             ),
             runtime=self.spec.runtime,
-            image=ImageFacts(self.image.name, self.image.image_id, self.image.recipe_hash),
+            image=ImageFacts(
+                self.image.name, self.image.image_id, self.image.recipe_hash, self.image.digest
+            ),
             limits=self.limits.to_dict(),
             network="none",
             user=BOX_USER,

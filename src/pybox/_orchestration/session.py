@@ -25,14 +25,17 @@ from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
 from pybox._core.request import RunRequest, check_request
 from pybox._inbox import bootstrap_source
+from pybox._orchestration.builds import lock_changed
 from pybox._orchestration.cleanup import SweepReport, sweep
 from pybox._orchestration.doctor import engine_facts, leftover_boxes
+from pybox._orchestration.image_operations import ImageOperations
 from pybox._orchestration.images import (
     BuildPlan,
     ImageStatus,
     build_stdlib,
     check_images,
     plan_stdlib,
+    verify_for_run,
 )
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
 from pybox._orchestration.outputs import FileMarker, publish
@@ -59,6 +62,7 @@ class Session:
         pool: PoolSettings | None = None,
         log: Callable[[str], None] | None = None,
         host: Host | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -72,6 +76,7 @@ class Session:
             )
         self._sampler_factory = sampler_factory
         self._runtime = runtime
+        self._environ = os.environ if environ is None else environ
         self._bootstrap = bootstrap_source()
         self._swept = False
         self._lock = threading.Lock()
@@ -83,6 +88,8 @@ class Session:
         self.host = host
         self.platform = host.name if host else "linux"
         self._output_marker: FileMarker | None = host.output_marker() if host else None
+        # Image IDs are content hashes, so an image checked once stays checked.
+        self._verified_images: set[tuple[str, str, str]] = set()
 
     @classmethod
     def open(
@@ -103,6 +110,7 @@ class Session:
             host=host,
             pool=settings.pool if warm_pool else None,
             log=log,
+            environ=env,
         )
 
     @property
@@ -157,6 +165,22 @@ class Session:
             )
         return record
 
+    def verified_image(self, name: str) -> ImageRecord:
+        """The recorded image, checked against the engine (ID, name and recipe labels)
+        and against its lock file. Anything else is refused, never used."""
+        record = self.image(name)
+        changed = lock_changed(record)
+        if changed is not None:
+            raise ImageError(
+                f"Refusing to run image {name}: {changed}. Rebuild it with "
+                f"`pybox image build {name}`."
+            )
+        key = (record.name, record.image_id, record.recipe_hash)
+        if key not in self._verified_images:
+            verify_for_run(self.engine, record)
+            self._verified_images.add(key)
+        return record
+
     def engine_facts(self) -> EngineFacts:
         engine = self.engine
         return EngineFacts(
@@ -187,6 +211,10 @@ class Session:
     def check_images(self) -> list[ImageStatus]:
         return check_images(self.engine, self.state)
 
+    def images(self) -> ImageOperations:
+        """Building from locks, verifying, removing, pulling and pushing images."""
+        return ImageOperations(lambda: self.engine, self.state, self.owner, self._environ)
+
     def sweep(self) -> SweepReport:
         return sweep(self.engine, self.state, self.is_owner_alive)
 
@@ -210,7 +238,7 @@ class Session:
     ) -> RunOutcome:
         """Run `request` in a fresh box. A failing program is data in the receipt."""
         limits = self.resolve(request)
-        image = self.image(request.image)
+        image = self.verified_image(request.image)
         swept = self._sweep_once()  # connects (and on macOS verifies the VM) first
         if self.host is not None:
             self.host.check_before_run()
@@ -229,7 +257,9 @@ class Session:
         if self._pool is None:
             return False
         request = request or RunRequest(code=b"")
-        key = PoolKey.of(self.image(request.image), self.resolve(request), request.code_name)
+        key = PoolKey.of(
+            self.verified_image(request.image), self.resolve(request), request.code_name
+        )
         self._sweep_once()
         if wait_s > 0:
             return self._pool.wait_ready(key, wait_s)

@@ -155,14 +155,77 @@ def _check_run(session: Session) -> None:
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
-    if args.name != "stdlib":
-        raise InvalidRequest(
-            f"Only the stdlib image can be built in this version, not {args.name!r}."
-        )
     session = open_session(args)
-    plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
-    record = session.build_stdlib(plan, progress, force=args.force)
+    if args.name == "stdlib":
+        if args.lock:
+            raise InvalidRequest(
+                "stdlib is built with debootstrap and takes no --lock; build your packages "
+                "under another name (pybox image build NAME --lock FILE)."
+            )
+        plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
+        record = session.build_stdlib(plan, progress, force=args.force)
+    else:
+        if args.mirror or args.suite:
+            raise InvalidRequest(
+                "--mirror and --suite only apply to the stdlib image; a lock-built image "
+                "takes its base from the recorded stdlib image."
+            )
+        operations = session.images()
+        lock_plan = operations.plan_build(args.name, args.lock)
+        record = operations.build(lock_plan, progress, force=args.force).record
     say(f"{record.name} {record.image_id} {record.recipe_hash}", sys.stdout)
+    return 0
+
+
+def cmd_image_verify(args: argparse.Namespace) -> int:
+    result = open_session(args).images().verify(args.name)
+    record = result.record
+    if args.json:
+        say(
+            json.dumps(
+                {
+                    "name": record.name,
+                    "image_id": record.image_id,
+                    "recipe_hash": record.recipe_hash,
+                    "digest": record.digest,
+                    "ok": result.ok,
+                    "problems": list(result.problems),
+                    "checks": list(result.checks),
+                    "packages": list(record.packages),
+                }
+            ),
+            sys.stdout,
+        )
+    else:
+        say(f"{record.name} {record.image_id} recipe {record.recipe_hash}", sys.stdout)
+        for check in result.checks:
+            say(f"  ok:      {check}", sys.stdout)
+        for problem in result.problems:
+            say(f"  PROBLEM: {problem}", sys.stdout)
+        say(f"  packages: {len(record.packages)} recorded", sys.stdout)
+    return 0 if result.ok else EXIT_PYBOX_FAILED
+
+
+def cmd_image_rm(args: argparse.Namespace) -> int:
+    removed = open_session(args).images().remove(args.name)
+    say(
+        f"removed {args.name}: {', '.join(removed) or 'nothing left in the engine'}; "
+        "record forgotten",
+        sys.stdout,
+    )
+    return 0
+
+
+def cmd_image_pull(args: argparse.Namespace) -> int:
+    record = open_session(args).images().pull(args.name, args.registry, args.pins, progress)
+    say(f"{record.name} {record.image_id} {record.digest}", sys.stdout)
+    return 0
+
+
+def cmd_image_push(args: argparse.Namespace) -> int:
+    pin = open_session(args).images().push(args.name, args.registry, progress)
+    say(f"# pin for {args.pins or 'locks/images.toml'}", sys.stdout)
+    say(pin.toml().rstrip("\n"), sys.stdout)
     return 0
 
 
@@ -177,6 +240,7 @@ def cmd_image_list(args: argparse.Namespace) -> int:
                         "name": s.record.name,
                         "image_id": s.record.image_id,
                         "recipe_hash": s.record.recipe_hash,
+                        "digest": s.record.digest,
                         "built_at": s.record.built_at,
                         "present": s.present,
                         "problem": s.problem,
@@ -220,10 +284,39 @@ def register(commands: Commands) -> None:
         dest="image_command", metavar="ACTION", parser_class=ArgumentParser
     )
     image_commands.required = True
-    build = image_commands.add_parser("build", help="build an image")
-    build.add_argument("name", help="image name (stdlib)")
+    build = image_commands.add_parser(
+        "build", help="build stdlib, or an image from a hash-locked lock file"
+    )
+    build.add_argument("name", help="image name: stdlib, data, or your own with --lock")
+    build.add_argument(
+        "--lock",
+        metavar="FILE",
+        help="requirements with hashes (pip-compile/uv pip compile --generate-hashes); "
+        "default: pybox's locks/NAME.lock",
+    )
     _add_build_source_flags(build)
     build.set_defaults(handler=cmd_image_build)
     listing = image_commands.add_parser("list", help="list recorded images")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=cmd_image_list)
+    verify = image_commands.add_parser(
+        "verify", help="check a recorded image against the engine and its lock file"
+    )
+    verify.add_argument("name")
+    verify.add_argument("--json", action="store_true")
+    verify.set_defaults(handler=cmd_image_verify)
+    remove = image_commands.add_parser("rm", help="remove a recorded image and its record")
+    remove.add_argument("name")
+    remove.set_defaults(handler=cmd_image_rm)
+    pull = image_commands.add_parser("pull", help="pull a pinned image by digest and record it")
+    pull.add_argument("name")
+    pull.add_argument("--registry", metavar="HOST[:PORT]", help="default: $PYBOX_REGISTRY")
+    pull.add_argument("--pins", metavar="FILE", help="default: pybox's locks/images.toml")
+    pull.set_defaults(handler=cmd_image_pull)
+    push = image_commands.add_parser(
+        "push", help="push a recorded image and print its pin (name@digest)"
+    )
+    push.add_argument("name")
+    push.add_argument("--registry", metavar="HOST[:PORT]", required=True)
+    push.add_argument("--pins", metavar="FILE", help="the pins file the printed pin is for")
+    push.set_defaults(handler=cmd_image_push)
