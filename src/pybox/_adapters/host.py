@@ -3,6 +3,7 @@ its mounts and pybox's own memory."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import resource
@@ -163,7 +164,7 @@ def bridge_gateway(interface: str = "docker0") -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     words = shown.split()
-    for before, word in zip(words, words[1:], strict=False):
+    for before, word in itertools.pairwise(words):
         if before == "inet" and "/" in word:
             return word.split("/", 1)[0]
     return None

@@ -51,7 +51,6 @@ from pybox._core.posture import (
     LABEL_MANAGED,
     LABEL_OWNER,
     LABEL_RUN_ID,
-    WORK_DIR,
     box_environment,
 )
 from pybox._core.receipt import Receipt, Status
@@ -212,7 +211,8 @@ def judge_host_files(
     verdict.check(bool(reads), "the program tried no host file")
     if verdict.check(not opened, f"host files were read: {opened}"):
         verdict.saw(
-            "program", f"{len(reads)} reads of host-only files all failed ({_counts(reads.values())})"
+            "program",
+            f"{len(reads)} reads of host-only files all failed ({_counts(reads.values())})",
         )
     streams = receipt.reported_by_program
     sent = outcome.stdout + outcome.stderr
@@ -371,7 +371,9 @@ def judge_cpu_spin(outcome: RunOutcome, verdict: Verdict) -> None:
         timeout_s <= duration < timeout_s + DEADLINE_SLACK_S,
         f"ran {duration:.2f} s for a {timeout_s:g} s deadline",
     )
-    verdict.check(kernel.cpu_quota_cpus == cpus, f"the kernel's CPU quota is {kernel.cpu_quota_cpus}")
+    verdict.check(
+        kernel.cpu_quota_cpus == cpus, f"the kernel's CPU quota is {kernel.cpu_quota_cpus}"
+    )
     verdict.check(
         bool(kernel.cpu_throttled_periods), f"throttled periods: {kernel.cpu_throttled_periods}"
     )
@@ -445,7 +447,8 @@ def judge_output_flood(
         ("stderr", streams.stderr, FLOOD_STDERR_BYTES, outcome.stderr),
     ):
         verdict.check(
-            stream.bytes_total == sent, f"{name}: pybox counted {stream.bytes_total} of {sent} bytes"
+            stream.bytes_total == sent,
+            f"{name}: pybox counted {stream.bytes_total} of {sent} bytes",
         )
         verdict.check(stream.truncated, f"{name} is not marked truncated")
         verdict.check(
@@ -511,9 +514,7 @@ def judge_privilege(outcome: RunOutcome, verdict: Verdict) -> None:
     expected_ids = {"uid": BOX_UID, "euid": BOX_UID, "gid": BOX_GID, "egid": BOX_GID}
     verdict.check(ids == expected_ids, f"identity {ids}, expected {expected_ids}")
     caps: dict[str, str] = report.get("caps") or {}
-    verdict.check(
-        len(caps) == 5 and set(caps.values()) == {ZERO_CAPS}, f"capabilities: {caps}"
-    )
+    verdict.check(len(caps) == 5 and set(caps.values()) == {ZERO_CAPS}, f"capabilities: {caps}")
     verdict.check(report.get("no_new_privs") == "1", "no_new_privs is not set")
     verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
     setuid = report.get("setuid_files")
@@ -587,9 +588,7 @@ def judge_secrets(
             f"HOSTNAME={BOX_HOSTNAME} ({len(environ)} in all)",
         )
     names: dict[str, str] = report.get("hostnames") or {}
-    verdict.check(
-        bool(names) and set(names.values()) == {BOX_HOSTNAME}, f"hostnames seen: {names}"
-    )
+    verdict.check(bool(names) and set(names.values()) == {BOX_HOSTNAME}, f"hostnames seen: {names}")
     hosts_words = str(report.get("etc_hosts", "")).split()
     verdict.check(
         host_hostname not in names.values() and host_hostname not in hosts_words,
@@ -668,7 +667,13 @@ WEAKENINGS: tuple[Weakening, ...] = (
     _w(
         "HostConfig.Devices",
         "a host device",
-        [{"PathOnHost": "/dev/null", "PathInContainer": "/dev/pybox-verify", "CgroupPermissions": "r"}],
+        [
+            {
+                "PathOnHost": "/dev/null",
+                "PathInContainer": "/dev/pybox-verify",
+                "CgroupPermissions": "r",
+            }
+        ],
     ),
     _w(
         "HostConfig.DeviceRequests",
@@ -1112,9 +1117,7 @@ def run_posture(suite: Suite, verdict: Verdict) -> None:
     host_dir = suite.workdir / "never-mounted"
     host_dir.mkdir()
     hook = WeakenedCreateEngine(suite.engine, str(host_dir))
-    weak = Session(
-        hook, suite.session.state, suite.session.policy, owner=suite.session.owner
-    )
+    weak = Session(hook, suite.session.state, suite.session.policy, owner=suite.session.owner)
     refused: list[str] = []
     code = case_source("posture")
     for weakening in WEAKENINGS:
@@ -1202,9 +1205,7 @@ CASES: tuple[Case, ...] = (
         "timeout_evasion",
         "ignore SIGTERM, fork, double-fork and setsid, sleep",
         "timed_out by pybox's kill at the 2 s deadline; the children ran; box and cgroup gone",
-        _simple(
-            "timeout_evasion", LimitRequest(timeout_s=SHORT_TIMEOUT_S), judge_timeout_evasion
-        ),
+        _simple("timeout_evasion", LimitRequest(timeout_s=SHORT_TIMEOUT_S), judge_timeout_evasion),
     ),
     Case(
         "privilege",

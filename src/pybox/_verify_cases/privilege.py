@@ -48,11 +48,22 @@ attempt("chroot(2)", lambda: outcome(libc.chroot(b"/tmp")))
 # PID 1 is pybox's bootstrap: a process this program did not start.
 attempt("ptrace(ATTACH, 1)", lambda: outcome(libc.ptrace(16, 1, None, None)))
 attempt("raw socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 1) and "succeeded")
-attempt("packet socket", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0) and "succeeded")
-attempt("mknod /tmp/mem", lambda: os.mknod("/tmp/mem", stat.S_IFCHR | 0o600, os.makedev(1, 1)) or "succeeded")
-for command in (["mount", "-t", "tmpfs", "none", "/tmp"], ["unshare", "-U", "true"], ["unshare", "-r", "true"]):
+attempt(
+    "packet socket", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0) and "succeeded"
+)
+attempt(
+    "mknod /tmp/mem",
+    lambda: os.mknod("/tmp/mem", stat.S_IFCHR | 0o600, os.makedev(1, 1)) or "succeeded",
+)
+for command in (
+    ["mount", "-t", "tmpfs", "none", "/tmp"],
+    ["unshare", "-U", "true"],
+    ["unshare", "-r", "true"],
+):
     run = subprocess.run(command, capture_output=True, timeout=10)
-    report["attempts"][" ".join(command)] = "succeeded" if run.returncode == 0 else f"exit {run.returncode}"
+    report["attempts"][" ".join(command)] = (
+        "succeeded" if run.returncode == 0 else f"exit {run.returncode}"
+    )
 for path in (
     "/proc/sys/kernel/hostname",
     "/proc/sys/vm/drop_caches",
@@ -62,6 +73,7 @@ for path in (
     "/sys/fs/cgroup/pids/pids.max",
     "/sys/fs/cgroup/memory/memory.limit_in_bytes",
 ):
+
     def write(path=path):
         with open(path, "w") as handle:
             handle.write("1")
