@@ -20,7 +20,6 @@ from pybox._adapters.cgroups import empty_observation
 from pybox._adapters.state import StateStore
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, requirements
-from pybox._core.receipt import KernelObserved
 from pybox._core.request import RunRequest
 from pybox._frontends.cli._verify import case_line, verify_json
 from pybox._orchestration.lifecycle import RunOutcome
@@ -37,8 +36,8 @@ from pybox._orchestration.verify import (
     ListenerReport,
     Suite,
     Verdict,
-    Weakening,
     WeakenedCreateEngine,
+    Weakening,
     case_source,
     judge_cpu_spin,
     judge_disk_fill,
@@ -325,7 +324,7 @@ NETWORK_REPORT = {
     "tcp_connect": "ENETUNREACH",
     "udp_send": "ENETUNREACH",
 }
-LISTENER = ListenerReport(("172.17.0.1", 40000), 0, 0)
+LISTENER = ListenerReport("172.17.0.1", 40000, 40001, 0, 0)
 
 
 def test_network_contained(session: Session, engine: FakeEngine) -> None:
@@ -343,7 +342,7 @@ def test_network_contained(session: Session, engine: FakeEngine) -> None:
         ({"dns": "[(2, 1, 6, '', ('10.0.0.1', 80))]"}, LISTENER, "a name resolved"),
         ({"tcp_connect": "connected"}, LISTENER, "TCP to"),
         ({"udp_send": "sent"}, LISTENER, "UDP to"),
-        ({}, ListenerReport(("172.17.0.1", 40000), 1, 0), "got 1 connections"),
+        ({}, ListenerReport("172.17.0.1", 40000, 40001, 1, 0), "got 1 connections"),
     ],
 )
 def test_network_escapes_fail(
@@ -360,7 +359,7 @@ def test_network_escapes_fail(
 
 def test_without_a_bridge_no_connection_is_claimed(session: Session, engine: FakeEngine) -> None:
     outcome = outcome_of(session, engine, report_script(NETWORK_REPORT))
-    verdict = judged(judge_network, outcome, ListenerReport(None, 0, 0))
+    verdict = judged(judge_network, outcome, ListenerReport(None, 0, 0, 0, 0))
     assert verdict.failures == []
     assert any("no connection was attempted" in fact.text for fact in verdict.facts)
 

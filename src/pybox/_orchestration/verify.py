@@ -259,7 +259,11 @@ def _contained_mount(mount: Mapping[str, str], container_id: str, host: frozense
 
 @dataclass(frozen=True)
 class ListenerReport:
-    address: tuple[str, int] | None
+    """What the suite's own listeners on the bridge received (None: no bridge here)."""
+
+    host: str | None
+    tcp_port: int
+    udp_port: int
     tcp_connections: int
     udp_datagrams: int
 
@@ -284,21 +288,22 @@ def judge_network(outcome: RunOutcome, verdict: Verdict, listener: ListenerRepor
         f"interfaces {interfaces}; {len(routes or [])} IPv4 routes; IPv6 routes only via lo; "
         f"no name server; lookup failed ({dns})",
     )
-    if listener.address is None:
+    host = listener.host
+    if host is None:
         verdict.saw("host", "no docker0 bridge on this machine: no connection was attempted")
         return
-    host, port = listener.address
+    tcp_at, udp_at = f"{host}:{listener.tcp_port}", f"{host}:{listener.udp_port}"
     tcp, udp = report.get("tcp_connect"), report.get("udp_send")
-    verdict.check(tcp not in (None, "connected"), f"TCP to {host}:{port}: {tcp}")
-    verdict.check(udp not in (None, "sent"), f"UDP to {host}:{port}: {udp}")
-    verdict.saw("program", f"TCP connect to {host}:{port}: {tcp}; UDP send: {udp}")
+    verdict.check(tcp not in (None, "connected"), f"TCP to {tcp_at}: {tcp}")
+    verdict.check(udp not in (None, "sent"), f"UDP to {udp_at}: {udp}")
+    verdict.saw("program", f"TCP connect to {tcp_at}: {tcp}; UDP send to {udp_at}: {udp}")
     quiet = listener.tcp_connections == 0 and listener.udp_datagrams == 0
     if verdict.check(
         quiet,
-        f"the host listener on {host}:{port} got {listener.tcp_connections} connections and "
+        f"the host listeners on {host} got {listener.tcp_connections} connections and "
         f"{listener.udp_datagrams} datagrams",
     ):
-        verdict.saw("host", f"the listener on the bridge {host}:{port} received nothing")
+        verdict.saw("host", f"the TCP and UDP listeners on the bridge {host} received nothing")
 
 
 def judge_memory_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
@@ -981,7 +986,7 @@ def run_network(suite: Suite, verdict: Verdict) -> None:
     limits = LimitRequest(timeout_s=30)
     if gateway is None:
         outcome = suite.run_program("network", verdict, limits, _verify_json({}))
-        judge_network(outcome, verdict, ListenerReport(None, 0, 0))
+        judge_network(outcome, verdict, ListenerReport(None, 0, 0, 0, 0))
         suite.gone(verdict, outcome.receipt)
         return
     # Listeners of this suite's own, on this machine's bridge: the only address tried.
@@ -991,12 +996,16 @@ def run_network(suite: Suite, verdict: Verdict) -> None:
     ):
         tcp.bind((gateway, 0))
         tcp.listen(8)
-        port = tcp.getsockname()[1]
-        udp.bind((gateway, port))
-        target = {"listener": {"host": gateway, "port": port}}
+        udp.bind((gateway, 0))
+        ports = {"tcp_port": tcp.getsockname()[1], "udp_port": udp.getsockname()[1]}
+        target = {"listener": {"host": gateway, **ports}}
         outcome = suite.run_program("network", verdict, limits, _verify_json(target))
         connections, datagrams = _drain_listener(tcp, udp)
-    judge_network(outcome, verdict, ListenerReport((gateway, port), connections, datagrams))
+    judge_network(
+        outcome,
+        verdict,
+        ListenerReport(gateway, **ports, tcp_connections=connections, udp_datagrams=datagrams),
+    )
     suite.gone(verdict, outcome.receipt)
 
 

@@ -27,18 +27,17 @@ except socket.gaierror as exc:
 # The listener pybox verify started on this machine's docker bridge (never any other address).
 target = params.get("listener")
 if target:
-    address = (target["host"], target["port"])
     tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     tcp.settimeout(3)
     try:
-        tcp.connect(address)
+        tcp.connect((target["host"], target["tcp_port"]))
         tcp.sendall(b"escaped")
         report["tcp_connect"] = "connected"
     except OSError as exc:
         report["tcp_connect"] = errno.errorcode.get(exc.errno, str(exc))
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        udp.sendto(b"escaped", address)
+        udp.sendto(b"escaped", (target["host"], target["udp_port"]))
         report["udp_send"] = "sent"
     except OSError as exc:
         report["udp_send"] = errno.errorcode.get(exc.errno, str(exc))
