@@ -24,20 +24,14 @@ from pybox._core.request import RunRequest
 from pybox._frontends.cli._verify import case_line, verify_json
 from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.session import Session
-from pybox._orchestration.verify import (
-    CASES,
+from pybox._orchestration.verify import CASES, Case, Suite, run_posture, run_suite
+from pybox._orchestration.verify_judges import (
     FLOOD_STDERR_BYTES,
     FLOOD_STDOUT_BYTES,
-    NOT_HARDENING,
-    WEAKENINGS,
-    Case,
     CaseResult,
     Fact,
     ListenerReport,
-    Suite,
     Verdict,
-    WeakenedCreateEngine,
-    Weakening,
     case_source,
     judge_cpu_spin,
     judge_disk_fill,
@@ -49,9 +43,13 @@ from pybox._orchestration.verify import (
     judge_privilege,
     judge_secrets,
     judge_timeout_evasion,
+)
+from pybox._orchestration.verify_posture import (
+    NOT_HARDENING,
+    WEAKENINGS,
+    WeakenedCreateEngine,
+    Weakening,
     judge_weakened,
-    run_posture,
-    run_suite,
 )
 from tests.unit.conftest import OWNER, make_session
 from tests.unit.fake_engine import FakeEngine, Script

@@ -14,7 +14,8 @@ from typing import Any
 
 from pybox._frontends.cli._common import EXIT_STOPPED, Commands, open_session, say
 from pybox._orchestration.lifecycle import RunInterrupted
-from pybox._orchestration.verify import CaseResult, SuiteResult, run_suite
+from pybox._orchestration.verify import run_suite
+from pybox._orchestration.verify_judges import CaseResult, SuiteResult
 from pybox._version import __version__
 
 VERIFY_JSON_VERSION = 1
