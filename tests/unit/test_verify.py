@@ -673,3 +673,23 @@ def test_case_lines() -> None:
     failed = CaseResult("b", "try b", "held", False, (), ("it got out",), (), 0.1)
     assert case_line(passed) == "PASS a: try a. Evidence: kernel: counted; program: said so."
     assert case_line(failed) == "FAIL b: try b. FAILED: it got out. Evidence: none."
+
+
+def test_no_engine_is_one_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pybox._frontends.cli import main
+
+    monkeypatch.setenv("PYBOX_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("PYBOX_CONFIG", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    assert main(["verify", "--json"]) == 125
+    captured = capsys.readouterr()
+    record = json.loads(captured.out)
+    schema = json.loads((DOCS / "verify-json.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(record)
+    assert record["error"]["kind"] == "engine_unavailable"
+    assert "Cannot reach the container engine" in captured.err
+    assert "Traceback" not in captured.err
+    assert main(["verify"]) == 125
+    assert capsys.readouterr().out == ""

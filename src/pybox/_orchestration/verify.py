@@ -327,7 +327,7 @@ def run_leftovers(suite: Suite, verdict: Verdict) -> None:
     # Gone means: the engine has no such container and its cgroup is gone.
     judge_gone(verdict, suite.engine, box_id, True, suite.cgroup_exists)
     verdict.saw("pybox", f"the next run swept {swept} leftover box(es) before it started")
-    suite.gone(verdict, outcome.receipt)
+    suite.gone(verdict, outcome.receipt, say=False)
 
 
 def run_posture(suite: Suite, verdict: Verdict) -> None:
@@ -345,12 +345,12 @@ def run_posture(suite: Suite, verdict: Verdict) -> None:
             verdict.check(hook.discard_donor(), f"{weakening.field}: the donor box stayed")
         verdict.run_ids.append(outcome.receipt.run_id)
         if judge_weakened(outcome, verdict, weakening, hook):
-            refused.append(weakening.field)
+            refused.append(weakening.field.split(".")[-1])
         suite.gone(verdict, outcome.receipt, say=False)
     verdict.saw(
         "engine",
         f"{len(refused)} of {len(WEAKENINGS)} weakened boxes refused before start: the engine "
-        f"had each only as created, then no such container; fields {', '.join(refused)}",
+        f"had each only as created, then no such container: {', '.join(refused)}",
     )
 
 

@@ -273,13 +273,14 @@ def judge_memory_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
         receipt.status is Status.OUT_OF_MEMORY,
         f"status {receipt.status.value}, not out_of_memory ({receipt.cause.summary})",
     )
-    evidence = []
-    if kernel.oom_kill_count:
-        evidence.append(f"kernel OOM-kill counter {kernel.oom_kill_count}")
-    if engine.oom_killed:
-        evidence.append("engine OOMKilled true")
-    if verdict.check(bool(evidence), "no kernel or engine evidence of an OOM kill"):
-        verdict.saw("kernel" if kernel.oom_kill_count else "engine", "; ".join(evidence))
+    if verdict.check(
+        bool(kernel.oom_kill_count) or engine.oom_killed is True,
+        "no kernel or engine evidence of an OOM kill",
+    ):
+        if kernel.oom_kill_count:
+            verdict.saw("kernel", f"the cgroup's OOM-kill counter is {kernel.oom_kill_count}")
+        if engine.oom_killed:
+            verdict.saw("engine", "State.OOMKilled is true")
     verdict.check(
         kernel.memory_limit_bytes == cap,
         f"the kernel's memory limit is {kernel.memory_limit_bytes}, not {cap}",

@@ -2,7 +2,8 @@
 
 Exit codes of `pybox exec`: the program's own exit code; 124 when it timed
 out; 125 when pybox or the engine failed; 130 when stopped; 2 for a rejected
-request. Other commands: 0 on success, 2 for bad input, 125 for failures.
+request. Other commands: 0 on success, 2 for bad input, 125 for failures;
+`pybox verify` exits 1 when a case was not contained.
 
 Each command group lives in its own module with a `register(commands)`
 function. Other front ends (the MCP server) add their commands through

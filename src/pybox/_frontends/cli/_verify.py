@@ -12,7 +12,8 @@ import json
 import sys
 from typing import Any
 
-from pybox._frontends.cli._common import EXIT_STOPPED, Commands, open_session, say
+from pybox._core.errors import PyboxError
+from pybox._frontends.cli._common import EXIT_STOPPED, Commands, error_kind, open_session, say
 from pybox._orchestration.lifecycle import RunInterrupted
 from pybox._orchestration.verify import run_suite
 from pybox._orchestration.verify_judges import CaseResult, SuiteResult
@@ -55,9 +56,24 @@ def verify_json(suite: SuiteResult, engine: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def _json_error(exc: PyboxError) -> str:
+    return json.dumps(
+        {
+            "pybox_verify_version": VERIFY_JSON_VERSION,
+            "error": {"kind": error_kind(exc), "message": str(exc)},
+        }
+    )
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    session = open_session(args)
-    facts = session.engine_facts()
+    try:
+        session = open_session(args)
+        facts = session.engine_facts()
+        session.image("stdlib")  # nothing can be verified without it
+    except PyboxError as exc:
+        if args.json:
+            say(_json_error(exc), sys.stdout)
+        raise
     engine = {
         "endpoint": facts.endpoint,
         "api_version": facts.api_version,
@@ -77,6 +93,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         suite = run_suite(
             session, config_path=args.config, on_result=None if args.json else print_line
         )
+    except PyboxError as exc:
+        if args.json:
+            say(_json_error(exc), sys.stdout)
+        raise
     except RunInterrupted:
         say("pybox: verify stopped; the box that was running was removed.")
         return EXIT_STOPPED
