@@ -479,6 +479,7 @@ def run_suite(
     suite = Suite(session, config_path, cgroup_exists, workdir)
     results: list[CaseResult] = []
     run_ids: set[str] = set()
+    finished = False
     try:
         for case in cases:
             verdict = Verdict()
@@ -487,7 +488,8 @@ def run_suite(
                 case.run(suite, verdict)
             except (PyboxError, OSError, subprocess.SubprocessError) as exc:
                 verdict.check(False, f"{type(exc).__name__}: {exc}")
-            run_ids.update(verdict.run_ids)
+            finally:
+                run_ids.update(verdict.run_ids)
             result = CaseResult(
                 name=case.name,
                 attempted=case.attempted,
@@ -501,9 +503,15 @@ def run_suite(
             results.append(result)
             if on_result is not None:
                 on_result(result)
+        finished = True
     finally:
+        # Also on Ctrl-C: no box of the suite outlives it.
         shutil.rmtree(workdir, ignore_errors=True)
-    left = _left_behind(session, run_ids, suite.controller_pids)
+        try:
+            left = _left_behind(session, run_ids, suite.controller_pids)
+        except PyboxError:
+            if finished:
+                raise
     return SuiteResult(tuple(results), left, round(time.monotonic() - started, 2))
 
 

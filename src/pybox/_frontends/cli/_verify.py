@@ -14,7 +14,6 @@ from typing import Any
 
 from pybox._core.errors import PyboxError
 from pybox._frontends.cli._common import EXIT_STOPPED, Commands, error_kind, open_session, say
-from pybox._orchestration.lifecycle import RunInterrupted
 from pybox._orchestration.verify import run_suite
 from pybox._orchestration.verify_judges import CaseResult, SuiteResult
 from pybox._version import __version__
@@ -97,8 +96,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if args.json:
             say(_json_error(exc), sys.stdout)
         raise
-    except RunInterrupted:
-        say("pybox: verify stopped; the box that was running was removed.")
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, in a run (RunInterrupted) or between
+        say("pybox: verify stopped; the boxes of its cases were removed.")
         return EXIT_STOPPED
     if args.json:
         say(json.dumps(verify_json(suite, engine)), sys.stdout)
