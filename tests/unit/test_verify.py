@@ -693,3 +693,24 @@ def test_no_engine_is_one_clear_error(
     assert "Traceback" not in captured.err
     assert main(["verify"]) == 125
     assert capsys.readouterr().out == ""
+
+
+def test_a_weakening_the_engine_itself_refuses_is_no_box(
+    engine: FakeEngine, state: StateStore, tmp_path: Path
+) -> None:
+    from pybox._core.errors import EngineAPIError
+
+    original = engine.create_container
+
+    def refuse_privileged(name: str, body: dict[str, Any]) -> str:
+        if body.get("HostConfig", {}).get("Privileged") and not name.endswith("-donor"):
+            raise EngineAPIError("refused", status=400, engine_message="no privileged here")
+        return original(name, body)
+
+    engine.create_container = refuse_privileged  # type: ignore[method-assign]
+    suite = Suite(make_session(engine, state), None, lambda container_id: False, tmp_path)
+    verdict = Verdict()
+    run_posture(suite, verdict)
+    assert verdict.failures == []
+    assert "HostConfig.Privileged (no privileged here)" in verdict.facts[-1].text
+    assert engine.containers == {}

@@ -39,7 +39,7 @@ from pybox._adapters.host import (
     reset_peak_rss,
     rss_bytes,
 )
-from pybox._core.errors import PyboxError
+from pybox._core.errors import EngineAPIError, PyboxError
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import (
     LABEL_MANAGED,
@@ -336,11 +336,17 @@ def run_posture(suite: Suite, verdict: Verdict) -> None:
     hook = WeakenedCreateEngine(suite.engine, str(host_dir))
     weak = Session(hook, suite.session.state, suite.session.policy, owner=suite.session.owner)
     refused: list[str] = []
+    engine_refused: list[str] = []
     code = case_source("posture")
     for weakening in WEAKENINGS:
         hook.reset(weakening)
         try:
             outcome = weak.run(RunRequest(code=code, code_name="posture.py"))
+        except EngineAPIError as exc:
+            # Another engine may refuse a weakened create itself: no box, nothing started.
+            if verdict.check(not hook.created, f"{weakening.field}: {exc}"):
+                engine_refused.append(f"{weakening.field} ({exc.engine_message})")
+            continue
         finally:
             verdict.check(hook.discard_donor(), f"{weakening.field}: the donor box stayed")
         verdict.run_ids.append(outcome.receipt.run_id)
@@ -352,6 +358,10 @@ def run_posture(suite: Suite, verdict: Verdict) -> None:
         f"{len(refused)} of {len(WEAKENINGS)} weakened boxes refused before start: the engine "
         f"had each only as created, then no such container: {', '.join(refused)}",
     )
+    if engine_refused:
+        verdict.saw(
+            "engine", "refused at create by the engine itself: " + "; ".join(engine_refused)
+        )
 
 
 CASES: tuple[Case, ...] = (
@@ -517,18 +527,17 @@ def run_suite(
 
 def _left_behind(session: Session, run_ids: set[str], pids: list[int]) -> tuple[str, ...]:
     """Boxes of this suite still in the engine: named, then removed so none stays."""
-    owners = {session.owner}
     host = socket.gethostname()
+    controllers = [[host, str(pid)] for pid in pids]
     left: list[str] = []
     for box in session.engine.list_containers({LABEL_MANAGED: "1"}):
         labels = box.get("Labels") or {}
         owner = str(labels.get(LABEL_OWNER, ""))
-        ours = (
+        if (
             labels.get(LABEL_RUN_ID) in run_ids
-            or owner in owners
-            or owner.rsplit(":", 2)[:2] in ([host, str(pid)] for pid in pids)
-        )
-        if ours:
+            or owner == session.owner
+            or owner.rsplit(":", 2)[:2] in controllers
+        ):
             name = str((box.get("Names") or [box.get("Id")])[0]).lstrip("/")
             left.append(name)
             remove_and_confirm(session.engine, str(box["Id"]))

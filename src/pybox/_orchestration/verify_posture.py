@@ -195,13 +195,14 @@ class WeakenedCreateEngine:
         self._host_dir = host_dir
         self.weakening: Weakening | None = None
         self.donor_id: str | None = None
+        self.created = False
         self.started = False
         self.attached = False
         self.state_before_removal: str | None = None
 
     def reset(self, weakening: Weakening) -> None:
         self.weakening = weakening
-        self.started = self.attached = False
+        self.created = self.started = self.attached = False
         self.state_before_removal = None
 
     @property
@@ -228,7 +229,9 @@ class WeakenedCreateEngine:
         if self.weakening.needs_donor:
             # A box of the same run, never started, for the weakening to point at.
             self.donor_id = self._engine.create_container(names[DONOR], body)
-        return self._engine.create_container(name, weaken(body, self.weakening, names))
+        container_id = self._engine.create_container(name, weaken(body, self.weakening, names))
+        self.created = True
+        return container_id
 
     def inspect_container(self, container_id: str) -> JSONObject | None:
         return self._engine.inspect_container(container_id)
