@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import Any
+from typing import Any, Literal
 
 from pybox._adapters.engine import Engine
 from pybox._core.limits import MIB
@@ -45,12 +45,15 @@ CGROUP_FILESYSTEMS = frozenset({"cgroup", "cgroup2"})
 # -- result values -------------------------------------------------------------------
 
 
+# Who established a fact. Only `program` is from inside the box, and untrusted.
+Source = Literal["program", "engine", "kernel", "host", "pybox"]
+
+
 @dataclass(frozen=True)
 class Fact:
-    """One piece of evidence and who established it: program (untrusted), engine,
-    kernel, host or pybox."""
+    """One piece of evidence and who established it."""
 
-    source: str
+    source: Source
     text: str
 
 
@@ -85,7 +88,7 @@ class Verdict:
         self.failures: list[str] = []
         self.run_ids: list[str] = []
 
-    def saw(self, source: str, text: str) -> None:
+    def saw(self, source: Source, text: str) -> None:
         self.facts.append(Fact(source, text))
 
     def check(self, ok: bool, failure: str) -> bool:
@@ -99,15 +102,15 @@ def case_source(name: str) -> bytes:
     return files("pybox").joinpath("_verify_cases", f"{name}.py").read_bytes()
 
 
-def program_report(outcome: RunOutcome, verdict: Verdict) -> dict[str, Any]:
+def program_report(stdout: bytes, stderr: bytes, verdict: Verdict) -> dict[str, Any]:
     """The JSON object the program printed last (untrusted), or {} with a failure."""
-    lines = outcome.stdout.strip().splitlines()
+    lines = stdout.strip().splitlines()
     try:
         value = json.loads(lines[-1]) if lines else None
     except ValueError:
         value = None
     if not isinstance(value, dict):
-        tail = outcome.stderr.decode("utf-8", "replace").strip()[-300:]
+        tail = stderr.decode("utf-8", "replace").strip()[-300:]
         verdict.check(False, f"the program's report is missing or unreadable (stderr: {tail!r})")
         return {}
     return value
@@ -160,7 +163,7 @@ def judge_host_files(
     canary_secret: str,
     host_devices: frozenset[str],
 ) -> None:
-    report = program_report(outcome, verdict)
+    report = program_report(outcome.stdout, outcome.stderr, verdict)
     receipt = outcome.receipt
     judge_posture_read_back(receipt, verdict)
     if not report:
@@ -228,7 +231,7 @@ class ListenerReport:
 
 
 def judge_network(outcome: RunOutcome, verdict: Verdict, listener: ListenerReport) -> None:
-    report = program_report(outcome, verdict)
+    report = program_report(outcome.stdout, outcome.stderr, verdict)
     judge_posture_read_back(outcome.receipt, verdict)
     if not report:
         return
@@ -361,7 +364,7 @@ def judge_cpu_spin(outcome: RunOutcome, verdict: Verdict) -> None:
 
 
 def judge_disk_fill(outcome: RunOutcome, verdict: Verdict) -> None:
-    report = program_report(outcome, verdict)
+    report = program_report(outcome.stdout, outcome.stderr, verdict)
     judge_posture_read_back(outcome.receipt, verdict)
     if not report:
         return
@@ -475,7 +478,7 @@ PRIVILEGE_ATTEMPTS = 19
 
 
 def judge_privilege(outcome: RunOutcome, verdict: Verdict) -> None:
-    report = program_report(outcome, verdict)
+    report = program_report(outcome.stdout, outcome.stderr, verdict)
     judge_posture_read_back(outcome.receipt, verdict)
     if not report:
         return
@@ -522,14 +525,9 @@ def judge_secrets(
     host_hostname: str,
     expected_env: frozenset[str],
 ) -> None:
-    lines = stdout.strip().splitlines()
-    try:
-        report = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        report = None
-    if not verdict.check(isinstance(report, dict), "the program's report is missing"):
+    report = program_report(stdout, stderr, verdict)
+    if not report:
         return
-    assert isinstance(report, dict)
     name, value = canary
     sent = stdout + stderr
     verdict.check(not truncated, "the output was truncated, so the canary search is incomplete")
