@@ -383,7 +383,8 @@ CASES: tuple[Case, ...] = (
     Case(
         "memory_bomb",
         "allocate and touch memory without end under a 64 MiB cap",
-        "status out_of_memory on kernel or engine OOM evidence; kernel peak within the cap",
+        "status out_of_memory on kernel or engine OOM evidence; the kernel's peak reached "
+        "the cap and not beyond",
         _simple(
             "memory_bomb",
             LimitRequest(memory_bytes=MEMORY_BOMB_MEMORY_BYTES, timeout_s=30),
