@@ -1,10 +1,15 @@
-"""Facts about this machine: who owns a box, and where its package mirror is."""
+"""Facts about this machine: who owns a box, where its package mirror is, its bridge,
+its mounts and pybox's own memory."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import resource
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,3 +149,67 @@ def base_mirror(sources: list[AptSource], suite: str) -> AptSource:
         f"/etc/apt (found: {listed}). Pass the mirror explicitly with --mirror URL "
         "(and --suite NAME)."
     )
+
+
+def bridge_gateway(interface: str = "docker0") -> str | None:
+    """The IPv4 address of the engine's bridge on this machine, from `ip`; None if absent."""
+    try:
+        shown = subprocess.run(
+            ["ip", "-o", "-4", "addr", "show", interface],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = shown.split()
+    for before, word in itertools.pairwise(words):
+        if before == "inet" and "/" in word:
+            return word.split("/", 1)[0]
+    return None
+
+
+def mount_devices(mountinfo: Path = Path("/proc/self/mountinfo")) -> frozenset[str]:
+    """The `major:minor` device of every filesystem mounted in this process's view."""
+    try:
+        lines = mountinfo.read_text().splitlines()
+    except OSError:
+        return frozenset()
+    return frozenset(line.split()[2] for line in lines if len(line.split()) > 2)
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def rss_bytes() -> int | None:
+    """This process's resident memory now."""
+    kib = _status_kib("VmRSS")
+    return None if kib is None else kib * 1024
+
+
+def reset_peak_rss() -> bool:
+    """Start this process's peak-memory count afresh (Linux `clear_refs` 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory since the last reset (or since it started)."""
+    kib = _status_kib("VmHWM")
+    if kib is not None:
+        return kib * 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux counts ru_maxrss in KiB, macOS in bytes.
+    return peak if sys.platform == "darwin" else peak * 1024

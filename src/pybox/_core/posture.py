@@ -94,6 +94,27 @@ class Mismatch:
         )
 
 
+def box_environment(
+    image_env: tuple[tuple[str, str], ...] = (), cpus: float = 1.0
+) -> dict[str, str]:
+    """Every variable a box gets: pybox's own, then the recorded image's. Nothing else."""
+    env = {
+        "PATH": DEFAULT_PATH,
+        "HOME": WORK_DIR,
+        "LANG": "C.UTF-8",
+        "TMPDIR": TMP_DIR,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYBOX_INPUT_DIR": INPUT_DIR,
+        "PYBOX_OUTPUT_DIR": OUTPUT_DIR,
+        "PYBOX_WORK_DIR": WORK_DIR,
+    }
+    # Numeric libraries start one thread per host CPU unless told the box's limit.
+    env.update(dict.fromkeys(THREAD_COUNT_VARIABLES, str(max(1, math.ceil(cpus)))))
+    env.update(dict(image_env))
+    return env
+
+
 @dataclass(frozen=True)
 class BoxSpec:
     """Everything that decides what one box is."""
@@ -115,22 +136,10 @@ class BoxSpec:
         return f"pybox-{self.run_id}"
 
     def environment(self) -> list[str]:
-        env = {
-            "PATH": DEFAULT_PATH,
-            "HOME": WORK_DIR,
-            "LANG": "C.UTF-8",
-            "TMPDIR": TMP_DIR,
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYBOX_INPUT_DIR": INPUT_DIR,
-            "PYBOX_OUTPUT_DIR": OUTPUT_DIR,
-            "PYBOX_WORK_DIR": WORK_DIR,
-        }
-        # Numeric libraries start one thread per host CPU unless told the box's limit.
-        threads = str(max(1, math.ceil(self.limits.cpus)))
-        env.update(dict.fromkeys(THREAD_COUNT_VARIABLES, threads))
-        env.update(dict(self.image_env))
-        return [f"{key}={value}" for key, value in env.items()]
+        return [
+            f"{key}={value}"
+            for key, value in box_environment(self.image_env, self.limits.cpus).items()
+        ]
 
     def entrypoint(self) -> list[str]:
         # The bootstrap's arguments say which program it pre-starts: python code_name.

@@ -2,7 +2,8 @@
 
 Exit codes of `pybox exec`: the program's own exit code; 124 when it timed
 out; 125 when pybox or the engine failed; 130 when stopped; 2 for a rejected
-request. Other commands: 0 on success, 2 for bad input, 125 for failures.
+request. Other commands: 0 on success, 2 for bad input, 125 for failures;
+`pybox verify` exits 1 when a case was not contained.
 
 Each command group lives in its own module with a `register(commands)`
 function. Other front ends (the MCP server) add their commands through
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from pybox._core.errors import ConfigError, PyboxError, RequestRejected
-from pybox._frontends.cli import _exec, _images, _maintenance, _vm
+from pybox._frontends.cli import _exec, _images, _maintenance, _verify, _vm
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_REJECTED,
@@ -37,6 +38,7 @@ COMMAND_GROUPS: tuple[Registrar, ...] = (
     _images.register,
     _maintenance.register,
     _vm.register,
+    _verify.register,
 )
 
 __all__ = ["Registrar", "build_parser", "main"]

@@ -1,0 +1,122 @@
+"""`pybox verify`: prove containment on this machine with hostile programs.
+
+Prints one line per case (PASS or FAIL, what was attempted, the evidence by
+source) as each case ends, or with `--json` one versioned record on stdout.
+Exit 0 only when every case passed and no box was left behind; 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from pybox._core.errors import PyboxError
+from pybox._frontends.cli._common import EXIT_STOPPED, Commands, error_kind, open_session, say
+from pybox._orchestration.verify import run_suite
+from pybox._orchestration.verify_judges import CaseResult, SuiteResult
+from pybox._version import __version__
+
+VERIFY_JSON_VERSION = 1
+EXIT_NOT_CONTAINED = 1
+
+
+def case_line(result: CaseResult) -> str:
+    evidence = "; ".join(f"{fact.source}: {fact.text}" for fact in result.facts)
+    line = f"{'PASS' if result.passed else 'FAIL'} {result.name}: {result.attempted}."
+    if result.failures:
+        line += " FAILED: " + "; ".join(result.failures) + "."
+    return line + f" Evidence: {evidence or 'none'}."
+
+
+def case_json(result: CaseResult) -> dict[str, Any]:
+    return {
+        "name": result.name,
+        "passed": result.passed,
+        "attempted": result.attempted,
+        "criterion": result.criterion,
+        "evidence": [{"source": fact.source, "fact": fact.text} for fact in result.facts],
+        "failures": list(result.failures),
+        "run_ids": list(result.run_ids),
+        "duration_s": result.duration_s,
+    }
+
+
+def verify_json(suite: SuiteResult, engine: dict[str, str]) -> dict[str, Any]:
+    return {
+        "pybox_verify_version": VERIFY_JSON_VERSION,
+        "pybox_version": __version__,
+        "passed": suite.passed,
+        "engine": engine,
+        "cases": [case_json(case) for case in suite.cases],
+        "left_behind": list(suite.left_behind),
+        "duration_s": suite.duration_s,
+    }
+
+
+def _json_error(exc: PyboxError) -> str:
+    return json.dumps(
+        {
+            "pybox_verify_version": VERIFY_JSON_VERSION,
+            "error": {"kind": error_kind(exc), "message": str(exc)},
+        }
+    )
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    try:
+        session = open_session(args)
+        facts = session.engine_facts()
+        session.image("stdlib")  # nothing can be verified without it
+    except PyboxError as exc:
+        if args.json:
+            say(_json_error(exc), sys.stdout)
+        raise
+    engine = {
+        "endpoint": facts.endpoint,
+        "api_version": facts.api_version,
+        "server_version": facts.server_version,
+    }
+    if not args.json:
+        say(
+            f"pybox {__version__} verify: hostile programs against {facts.endpoint}, "
+            f"Docker {facts.server_version}",
+            sys.stdout,
+        )
+
+    def print_line(result: CaseResult) -> None:
+        say(case_line(result), sys.stdout)
+
+    try:
+        suite = run_suite(
+            session, config_path=args.config, on_result=None if args.json else print_line
+        )
+    except PyboxError as exc:
+        if args.json:
+            say(_json_error(exc), sys.stdout)
+        raise
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, in a run (RunInterrupted) or between
+        say("pybox: verify stopped; the boxes of its cases were removed.")
+        return EXIT_STOPPED
+    if args.json:
+        say(json.dumps(verify_json(suite, engine)), sys.stdout)
+        return 0 if suite.passed else EXIT_NOT_CONTAINED
+    for name in suite.left_behind:
+        say(f"FAIL left behind: {name} (now removed)", sys.stdout)
+    passed = sum(case.passed for case in suite.cases)
+    verdict = "contained" if suite.passed else "NOT contained"
+    say(
+        f"{verdict}: {passed} of {len(suite.cases)} cases passed; "
+        f"{len(suite.left_behind)} boxes left behind; {suite.duration_s:.1f} s",
+        sys.stdout,
+    )
+    return 0 if suite.passed else EXIT_NOT_CONTAINED
+
+
+def register(commands: Commands) -> None:
+    verify = commands.add_parser(
+        "verify", help="prove containment here: run hostile programs, judge each on evidence"
+    )
+    verify.add_argument("--json", action="store_true", help="print one JSON record on stdout")
+    verify.set_defaults(handler=cmd_verify)

@@ -1,0 +1,37 @@
+"""`pybox verify --json` on the real engine: every hostile case is contained."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+
+from pybox._adapters.engine import Engine
+from pybox._core.posture import LABEL_RUN_ID
+from pybox._orchestration.verify import CASES
+from tests.integration.conftest import run_cli
+
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[2] / "docs" / "verify-json.schema.json").read_text()
+)
+
+
+def test_pybox_verify_contains_every_case(engine: Engine, cli_env: dict[str, str]) -> None:
+    result = run_cli(["verify", "--json"], cli_env, timeout_s=300)
+    record = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(SCHEMA).validate(record)
+    failed = {case["name"]: case["failures"] for case in record["cases"] if not case["passed"]}
+    assert failed == {}, failed
+    assert result.returncode == 0, result.stderr.decode()
+    assert record["passed"] is True
+    assert record["left_behind"] == []
+    assert [case["name"] for case in record["cases"]] == [case.name for case in CASES]
+    for case in record["cases"]:
+        assert case["run_ids"], case["name"]
+        assert {fact["source"] for fact in case["evidence"]} - {"program"}, (
+            f"{case['name']} rests on the program's word alone"
+        )
+        for run_id in case["run_ids"]:
+            assert engine.list_containers({LABEL_RUN_ID: run_id}) == []
+    assert b"Traceback" not in result.stderr
