@@ -13,6 +13,7 @@ import pytest
 
 from pybox._adapters.engine import Engine
 from pybox._core.limits import MIB, LimitRequest
+from pybox._core.posture import BOX_UID_FIRST
 from pybox._core.receipt import Status
 from pybox._core.request import InputFile, RunRequest
 from pybox._orchestration.lifecycle import RunOutcome
@@ -88,12 +89,17 @@ print(json.dumps({
 def test_non_root_no_capabilities_not_pid1(session: Session) -> None:
     os.environ["PYBOX_TEST_CANARY"] = "host-secret-canary"
     try:
-        facts = report(run(session, IDENTITY))
+        outcome = run(session, IDENTITY)
+        again = run(session, IDENTITY)
     finally:
         del os.environ["PYBOX_TEST_CANARY"]
-    assert facts["uid"] == 1000
-    assert facts["euid"] == 1000
-    assert facts["gid"] == 1000
+    facts = report(outcome)
+    # A uid and gid of the box's own, from a range no host account uses.
+    uid = int(outcome.receipt.configured.user.split(":")[0])
+    assert uid >= BOX_UID_FIRST
+    assert outcome.receipt.configured.user == f"{uid}:{uid}"
+    assert facts["uid"] == facts["euid"] == facts["gid"] == uid
+    assert report(again)["uid"] != uid
     caps = facts["caps"]
     assert isinstance(caps, dict)
     assert set(caps.values()) == {"0000000000000000"}

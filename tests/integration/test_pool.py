@@ -60,7 +60,8 @@ def test_a_warm_box_is_the_same_sealed_box_and_is_used_once(engine: Engine) -> N
         seen = json.loads(first.stdout)
         receipt = first.receipt
         assert first.status == "succeeded", receipt.cause.summary
-        assert seen == {"uid": 1000, "interfaces": ["lo"], "root_writable": False}
+        uid = int(receipt.configured.user.split(":")[0])
+        assert seen == {"uid": uid, "interfaces": ["lo"], "root_writable": False}
         assert receipt.observed_by_pybox.box_source == "warm_pool"
         assert receipt.observed_by_pybox.box_waited_s is not None
         assert receipt.observed_by_pybox.box_waited_s >= 2.5

@@ -19,7 +19,7 @@ import pytest
 from pybox._adapters.cgroups import empty_observation
 from pybox._adapters.state import StateStore
 from pybox._core.limits import MIB, LimitRequest
-from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, requirements
+from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, box_user, requirements
 from pybox._core.request import RunRequest
 from pybox._frontends.cli._verify import case_line, verify_json
 from pybox._orchestration.lifecycle import RunOutcome
@@ -533,8 +533,9 @@ def test_output_flood_fails_when_pybox_grows(session: Session, engine: FakeEngin
     assert "pybox's own memory could not be measured" in unmeasured
 
 
+BOX_TEST_UID = 1_600_000_123
 PRIVILEGE_REPORT: dict[str, Any] = {
-    "ids": {"uid": 1000, "euid": 1000, "gid": 1000, "egid": 1000},
+    "ids": dict.fromkeys(("uid", "euid", "gid", "egid"), BOX_TEST_UID),
     "caps": {k: "0000000000000000" for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")},
     "no_new_privs": "1",
     "seccomp": "2",
@@ -549,6 +550,7 @@ PRIVILEGE_REPORT: dict[str, Any] = {
     [
         ({}, None),
         ({"ids": {"uid": 0, "euid": 0, "gid": 0, "egid": 0}}, "identity"),
+        ({"ids": {"uid": 1000, "euid": 1000, "gid": 1000, "egid": 1000}}, "identity"),
         ({"caps": {**PRIVILEGE_REPORT["caps"], "CapBnd": "00000000a80425fb"}}, "capabilities"),
         ({"no_new_privs": "0"}, "no_new_privs"),
         ({"setuid_files": ["/usr/bin/su"]}, "setuid or setgid files"),
@@ -565,6 +567,10 @@ def test_privilege(
     session: Session, engine: FakeEngine, change: dict[str, Any], failure: str | None
 ) -> None:
     outcome = outcome_of(session, engine, report_script({**PRIVILEGE_REPORT, **change}))
+    configured = dataclasses.replace(outcome.receipt.configured, user=box_user(BOX_TEST_UID))
+    outcome = dataclasses.replace(
+        outcome, receipt=dataclasses.replace(outcome.receipt, configured=configured)
+    )
     failures = judged(judge_privilege, outcome).failures
     if failure is None:
         assert failures == []

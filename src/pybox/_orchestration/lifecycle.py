@@ -35,7 +35,8 @@ from pybox._core.errors import (
 from pybox._core.images import ImageRecord
 from pybox._core.limits import MIB, Limits
 from pybox._core.posture import (
-    BOX_USER,
+    BOX_UID_COUNT,
+    BOX_UID_FIRST,
     INPUT_DIR,
     OUTPUT_DIR,
     PYBOX_ROOT,
@@ -115,6 +116,10 @@ class BoxContext:
     runtime: str = "runc"
 
 
+def new_box_uid() -> int:
+    return BOX_UID_FIRST + secrets.randbelow(BOX_UID_COUNT)
+
+
 def box_spec(
     context: BoxContext,
     image: ImageRecord,
@@ -136,6 +141,7 @@ def box_spec(
         code_name=code_name,
         runtime=context.runtime,
         image_env=image.env,
+        uid=new_box_uid(),
     )
 
 
@@ -639,7 +645,7 @@ class BoxRun:
             ),
             limits=self.limits.to_dict(),
             network="none",
-            user=BOX_USER,
+            user=self.spec.user,
             writable_paths=(PYBOX_ROOT, TMP_DIR, "/dev/shm"),
             input_dir=INPUT_DIR,
             output_dir=OUTPUT_DIR,

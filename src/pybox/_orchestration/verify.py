@@ -439,7 +439,8 @@ CASES: tuple[Case, ...] = (
         "privilege",
         "setuid(0), mount, unshare, chroot, ptrace PID 1, raw sockets, mknod, writes to "
         "/proc/sys and /sys, setuid files, /dev",
-        "uid 1000, no capability, no_new_privs, seccomp; every attempt fails; no setuid file; "
+        "a uid of its own (not 0, no host account), no capability, no_new_privs, seccomp; "
+        "every attempt fails; no setuid file; "
         "only the safe devices",
         _simple("privilege", LimitRequest(timeout_s=30), judge_privilege),
     ),

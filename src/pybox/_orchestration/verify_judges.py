@@ -19,9 +19,8 @@ from typing import Any, Literal
 from pybox._adapters.engine import Engine
 from pybox._core.limits import MIB
 from pybox._core.posture import (
-    BOX_GID,
     BOX_HOSTNAME,
-    BOX_UID,
+    BOX_UID_FIRST,
 )
 from pybox._core.receipt import Receipt, Status
 from pybox._orchestration.lifecycle import RunOutcome
@@ -483,8 +482,13 @@ def judge_privilege(outcome: RunOutcome, verdict: Verdict) -> None:
     if not report:
         return
     ids: dict[str, int] = report.get("ids") or {}
-    expected_ids = {"uid": BOX_UID, "euid": BOX_UID, "gid": BOX_GID, "egid": BOX_GID}
-    verdict.check(ids == expected_ids, f"identity {ids}, expected {expected_ids}")
+    # The box's own uid and gid, as pybox configured them (never 0, never a host account's).
+    uid_text, _, gid_text = outcome.receipt.configured.user.partition(":")
+    uid, gid = int(uid_text), int(gid_text)
+    expected_ids = {"uid": uid, "euid": uid, "gid": gid, "egid": gid}
+    verdict.check(
+        uid >= BOX_UID_FIRST and ids == expected_ids, f"identity {ids}, expected {expected_ids}"
+    )
     caps: dict[str, str] = report.get("caps") or {}
     verdict.check(len(caps) == 5 and set(caps.values()) == {ZERO_CAPS}, f"capabilities: {caps}")
     verdict.check(report.get("no_new_privs") == "1", "no_new_privs is not set")
