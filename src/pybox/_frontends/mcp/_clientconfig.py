@@ -30,7 +30,9 @@ def server_command(extra_args: Sequence[str] = ()) -> list[str]:
 def client_config(client: str, fmt: str, extra_args: Sequence[str] = ()) -> str:
     command, *args = server_command(extra_args)
     if client == "claude-code" and fmt == "text":
-        return shlex.join(["claude", "mcp", "add", "--scope", "user", "pybox", "--", command, *args])
+        return shlex.join(
+            ["claude", "mcp", "add", "--scope", "user", "pybox", "--", command, *args]
+        )
     if client == "vscode":
         data: dict[str, object] = {
             "servers": {"pybox": {"type": "stdio", "command": command, "args": args}}

@@ -15,7 +15,6 @@ version (2026-07-28); any other request belongs to the handshake era and needs
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -43,6 +42,7 @@ from pybox._frontends.mcp._protocol import (
     JSONObject,
     RequestId,
     RpcError,
+    decode,
     error_response,
     is_request_id,
     notification,
@@ -185,7 +185,7 @@ class Dispatcher:
             reply(self.oversized(len(frame)))
             return
         try:
-            message = json.loads(frame)
+            message = decode(frame)
         except (ValueError, RecursionError) as exc:
             reply(error_response(None, RpcError(PARSE_ERROR, f"Parse error: {_short(exc)}")))
             return
@@ -224,7 +224,9 @@ class Dispatcher:
             )
             return
         if not isinstance(message, dict) or not _nesting_ok(message):
-            reply(error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: not an object.")))
+            reply(
+                error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: not an object."))
+            )
             return
         request_id = message.get("id")
         has_id = "id" in message
@@ -242,19 +244,22 @@ class Dispatcher:
         if problem is not None:
             reply_id = request_id if is_request_id(request_id) else None
             if has_id or problem.startswith(("jsonrpc", "method")):
-                reply(error_response(reply_id, RpcError(INVALID_REQUEST, f"Invalid Request: {problem}.")))
+                reply(
+                    error_response(
+                        reply_id, RpcError(INVALID_REQUEST, f"Invalid Request: {problem}.")
+                    )
+                )
             return
         method: str = message["method"]
         params: JSONObject = message.get("params") or {}
-        if not has_id:
+        if not is_request_id(request_id):
             self._notify(conn, method, params)
             return
         self._request(conn, request_id, method, params, reply, headers)
 
     def _notify(self, conn: Connection, method: str, params: JSONObject) -> None:
-        if method == "notifications/cancelled":
-            if conn.cancel(params.get("requestId")):
-                log(f"request {params.get('requestId')!r} cancelled: {params.get('reason', '')}")
+        if method == "notifications/cancelled" and conn.cancel(params.get("requestId")):
+            log(f"request {params.get('requestId')!r} cancelled: {params.get('reason', '')}")
         # notifications/initialized, progress and unknown notifications need no action.
 
     def _request(
@@ -480,7 +485,9 @@ def _stateless_version(
             f"{META_PROTOCOL_VERSION!r}); send {{}} for no capabilities.",
         )
     if not isinstance(meta[META_CLIENT_CAPABILITIES], dict):
-        raise RpcError(INVALID_PARAMS, f"params._meta[{META_CLIENT_CAPABILITIES!r}] must be an object.")
+        raise RpcError(
+            INVALID_PARAMS, f"params._meta[{META_CLIENT_CAPABILITIES!r}] must be an object."
+        )
     if not isinstance(version, str):
         raise RpcError(INVALID_PARAMS, f"params._meta[{META_PROTOCOL_VERSION!r}] must be a string.")
     if headers is not None:

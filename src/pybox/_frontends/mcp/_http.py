@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 import queue
 import secrets
 import select
@@ -39,12 +38,13 @@ from pybox._frontends.mcp._protocol import (
     PARSE_ERROR,
     JSONObject,
     RpcError,
+    decode,
     encode,
     error_response,
 )
 
 ENDPOINT = "/mcp"
-TOKEN_ENV = "PYBOX_MCP_TOKEN"
+TOKEN_ENV = "PYBOX_MCP_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 SESSION_HEADER = "Mcp-Session-Id"
 MAX_SESSIONS = 64
 POLL_S = 0.25
@@ -141,7 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "pybox-mcp"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base name)
+    def log_message(self, format: str, *args: Any) -> None:
         log(f"http {self.address_string()} {format % args}")
 
     # -- checks every request passes ----------------------------------------------------
@@ -216,12 +216,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- methods --------------------------------------------------------------------------
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         if self._allowed():
             # No server-initiated stream: this server only answers requests.
             self._empty(HTTPStatus.METHOD_NOT_ALLOWED, {"Allow": "POST, DELETE"})
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         if not self._allowed():
             return
         session_id = self.headers.get(SESSION_HEADER)
@@ -230,7 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._plain(HTTPStatus.NOT_FOUND, "No such session.")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         if not self._allowed():
             return
         dispatcher = self.server.dispatcher
@@ -245,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = self.rfile.read(length)
         try:
-            message = json.loads(body)
+            message = decode(body)
         except (ValueError, RecursionError):
             self._json(400, error_response(None, RpcError(PARSE_ERROR, "Parse error.")))
             return
@@ -363,7 +363,8 @@ class HttpServer:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        shown = f"[{host}]" if ":" in str(host) else str(host)
+        host = host.decode() if isinstance(host, bytes) else str(host)
+        shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}{ENDPOINT}"
 
     def serve(self) -> int:

@@ -10,7 +10,7 @@ Two protocol eras are served side by side and told apart per request:
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeGuard
 
 JSONRPC_VERSION = "2.0"
 
@@ -82,10 +82,23 @@ def notification(method: str, params: JSONObject) -> JSONObject:
 
 def encode(message: JSONObject) -> bytes:
     """One message as compact UTF-8 JSON without newlines (stdio frames are lines)."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate a client sent us, echoed back
+        return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
 
 
-def is_request_id(value: object) -> bool:
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode(data: bytes | str) -> Any:
+    """One message; ValueError (or RecursionError) when it is not strict JSON."""
+    return json.loads(data, parse_constant=_refuse_constant)
+
+
+def is_request_id(value: object) -> TypeGuard[str | int]:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 

@@ -542,16 +542,27 @@ class Toolbox:
         admitted = self._admit("run_python", args)
         if isinstance(admitted, dict):
             return admitted
-        request, limits = admitted
-        run = self.registry.start(request, limits)
-        self._wait(run, ctx, limits.timeout_s, stop_on_cancel=True)
+        if ctx.cancel.is_set():
+            raise Cancelled
+        run = self._start(*admitted)
+        if isinstance(run, dict):
+            return run
+        self._wait(run, ctx, run.limits.timeout_s, stop_on_cancel=True)
         return run_result(run, self.options.reply_bytes)
+
+    def _start(self, request: RunRequest, limits: Limits) -> Run | JSONObject:
+        try:
+            return self.registry.start(request, limits)
+        except PyboxError as exc:
+            return text_result(f"The run was not started: {exc}", is_error=True)
 
     def _start_run(self, args: JSONObject) -> JSONObject:
         admitted = self._admit("start_run", args)
         if isinstance(admitted, dict):
             return admitted
-        run = self.registry.start(*admitted)
+        run = self._start(*admitted)
+        if isinstance(run, dict):
+            return run
         return run_result(run, self.options.reply_bytes)
 
     def _find(self, tool: str, run_id: str) -> Run | JSONObject:
@@ -611,7 +622,9 @@ class Toolbox:
                 if elapsed > last_progress:  # progress must grow with every notification
                     last_progress = elapsed
                     ctx.progress(
-                        elapsed, total_s, f"run {run.run_id}: {elapsed:.0f} s of at most {total_s:g} s"
+                        elapsed,
+                        total_s,
+                        f"run {run.run_id}: {elapsed:.0f} s of at most {total_s:g} s",
                     )
                 next_progress = now + PROGRESS_INTERVAL_S
             if run.wait(WAIT_SLICE_S):
