@@ -31,7 +31,14 @@ from pybox._frontends.mcp._tools import (
 )
 from pybox._orchestration.session import Session
 
-__all__ = ["Connection", "Dispatcher", "ServerOptions", "build_dispatcher", "register"]
+__all__ = [
+    "Connection",
+    "Dispatcher",
+    "ServerOptions",
+    "build_dispatcher",
+    "operator_environ",
+    "register",
+]
 
 # Operator flag -> (limit key, help). Ceilings first, then defaults.
 CEILING_FLAGS: dict[str, tuple[str, str]] = {

@@ -94,6 +94,8 @@ class StdioServer:
                     self.send(self.dispatcher.oversized(frame))
                 elif frame.strip():
                     self.dispatcher.handle_frame(conn, frame, self.send)
+        except KeyboardInterrupt:  # SIGTERM or Ctrl-C: the client's other way to say stop
+            log("stopping on a signal")
         finally:
             conn.cancel_all()
             self.dispatcher.toolbox.registry.close(SHUTDOWN_WAIT_S)
