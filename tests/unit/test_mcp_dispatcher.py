@@ -299,12 +299,14 @@ def test_start_get_stop_run(peer: Peer, engine: FakeEngine) -> None:
     jsonschema.validate(started["structuredContent"], schema)
     run_id = started["structuredContent"]["run_id"]
     assert started["structuredContent"]["state"] == "running"
+    assert started["isError"] is False
     assert "get_run" in started["content"][0]["text"]
     polled = peer.call("get_run", {"run_id": run_id, "wait_s": 0.2})["result"]
     assert polled["structuredContent"]["state"] == "running"
     stopped = peer.call("stop_run", {"run_id": run_id})["result"]
     jsonschema.validate(stopped["structuredContent"], schema)
     assert stopped["structuredContent"]["status"] == "stopped"
+    assert stopped["isError"] is False  # stopping it is what was asked
     assert stopped["structuredContent"]["box_removed"] is True
     assert not engine.containers
     again = peer.call("stop_run", {"run_id": run_id})["result"]

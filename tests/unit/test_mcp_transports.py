@@ -365,6 +365,18 @@ def test_http_stateless_requests(http_server: HttpServer) -> None:
     assert status == 400 and json.loads(body)["error"]["code"] == -32020
     status, _, body = post(http_server, LIST, {"Mcp-Method": "tools/list"})
     assert status == 400 and json.loads(body)["error"]["code"] == -32020
+    read = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "resources/read",
+        "params": {"_meta": MODERN_META, "uri": "pybox://capabilities"},
+    }
+    read_headers = {**MODERN_HEADERS, "Mcp-Method": "resources/read"}
+    status, _, body = post(http_server, read, {**read_headers, "Mcp-Name": "pybox://other"})
+    assert status == 400 and json.loads(body)["error"]["code"] == -32020
+    encoded = "=?base64?cHlib3g6Ly9jYXBhYmlsaXRpZXM=?="  # pybox://capabilities
+    status, _, body = post(http_server, read, {**read_headers, "Mcp-Name": encoded})
+    assert status == 200 and json.loads(body)["result"]["contents"]
     unknown = {**LIST, "method": "nope/nope"}
     status, _, body = post(http_server, unknown, {**MODERN_HEADERS, "Mcp-Method": "nope/nope"})
     assert status == 404 and json.loads(body)["error"]["code"] == -32601

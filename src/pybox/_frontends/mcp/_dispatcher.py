@@ -15,6 +15,8 @@ version (2026-07-28); any other request belongs to the handshake era and needs
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import sys
 import threading
@@ -77,6 +79,8 @@ CAPABILITIES_TTL_MS = 60_000
 FINISHED_RUN_TTL_MS = 3_600_000
 MAX_NESTING = 64
 
+# Methods whose subject is mirrored in the Mcp-Name header (2026-07-28 HTTP).
+NAME_BEARING = {"tools/call": "name", "resources/read": "uri"}
 # Methods that need no era: answered the same way to anyone.
 ERA_FREE = {"server/discover"}
 CACHEABLE = {
@@ -465,7 +469,8 @@ class Dispatcher:
             return result
         shaped = {"resultType": "complete", **result}
         if method in CACHEABLE:
-            shaped.setdefault("ttlMs", TOOLS_TTL_MS)
+            # The resource list grows with every run: never serve it from a cache.
+            shaped.setdefault("ttlMs", 0 if method == "resources/list" else TOOLS_TTL_MS)
             # Run receipts belong to whoever holds this server's token.
             shaped["cacheScope"] = "private"
         meta = dict(shaped.get("_meta") or {})
@@ -501,6 +506,12 @@ def _stateless_version(
             raise RpcError(
                 HEADER_MISMATCH, f"The Mcp-Method header is missing or does not match {method!r}."
             )
+        name_key = NAME_BEARING.get(method)
+        named = params.get(name_key) if name_key else None
+        if isinstance(named, str) and _header_value(headers.get("mcp-name")) != named:
+            raise RpcError(
+                HEADER_MISMATCH, f"The Mcp-Name header is missing or does not match {named!r}."
+            )
     if version not in MODERN_VERSIONS:
         raise RpcError(
             UNSUPPORTED_PROTOCOL_VERSION,
@@ -509,6 +520,16 @@ def _stateless_version(
             {"supported": list(ALL_VERSIONS), "requested": version},
         )
     return version
+
+
+def _header_value(raw: str | None) -> str | None:
+    """An Mcp-Name value; non-ASCII names travel as `=?base64?...?=`."""
+    if raw is None or not (raw.startswith("=?base64?") and raw.endswith("?=")):
+        return raw
+    try:
+        return base64.b64decode(raw[9:-2], validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
 
 
 def _page_params(params: JSONObject) -> None:

@@ -242,10 +242,14 @@ def run_text(run: Run, structure: JSONObject) -> str:
     return "\n".join(lines)
 
 
-def run_result(run: Run, reply_bytes: int) -> JSONObject:
+def run_result(run: Run, reply_bytes: int, *, stop_asked: bool = False) -> JSONObject:
+    """The tool result for a run. Anything but success is `isError`, except a run that
+    `stop_run` stopped: stopping it is what was asked."""
     structure = run_structure(run, reply_bytes)
+    status = run.outcome.receipt.status if run.outcome is not None else None
+    stopped_as_asked = stop_asked and run.stop_requested and status is Status.STOPPED
     failed = run.error is not None or (
-        run.outcome is not None and run.outcome.receipt.status is not Status.SUCCEEDED
+        status is not None and status is not Status.SUCCEEDED and not stopped_as_asked
     )
     result = text_result(run_text(run, structure), is_error=failed)
     result["structuredContent"] = structure
@@ -599,7 +603,7 @@ class Toolbox:
                 "to see when its box is gone.",
                 is_error=True,
             )
-        return run_result(found, self.options.reply_bytes)
+        return run_result(found, self.options.reply_bytes, stop_asked=True)
 
     def _wait(
         self,
