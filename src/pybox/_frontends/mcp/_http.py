@@ -186,6 +186,8 @@ class _Handler(BaseHTTPRequestHandler):
     # -- responses ------------------------------------------------------------------------
 
     def _plain(self, status: HTTPStatus, text: str, headers: dict[str, str] | None = None) -> None:
+        # A refusal leaves any request body unread: the connection cannot be reused.
+        self.close_connection = True
         body = (text + "\n").encode()
         self.send_response(status)
         for name, value in (headers or {}).items():
