@@ -49,6 +49,8 @@ def test_malformed_json_is_a_parse_error_and_the_server_keeps_serving(peer: Peer
     assert response is not None and response["id"] is None and error_code(response) == -32700
     peer.frame(b"\xff\xfe not utf-8")
     assert error_code(peer.next() or {}) == -32700
+    peer.frame(b'{"jsonrpc": "2.0", "id": NaN, "method": "tools/list"}')
+    assert error_code(peer.next() or {}) == -32700
     assert "result" in peer.request("tools/list")
 
 
