@@ -87,21 +87,39 @@ def test_unknown_method_and_notifications(peer: Peer) -> None:
     assert peer.replies.empty()
 
 
-def test_wrong_param_types_are_invalid_params(peer: Peer) -> None:
+def test_malformed_calls_are_invalid_params(peer: Peer) -> None:
     assert error_code(peer.request("tools/call", {"name": 7})) == -32602
     assert error_code(peer.request("tools/call", {"name": "run_python", "arguments": []})) == -32602
-    assert error_code(peer.call("run_python", {"code": 12})) == -32602
-    assert error_code(peer.call("run_python", {})) == -32602
-    assert error_code(peer.call("run_python", {"code": "", "mount": "/"})) == -32602
-    assert (
-        error_code(peer.call("run_python", {"code": "", "limits": {"memory_mib": "x"}})) == -32602
-    )
-    assert error_code(peer.call("run_python", {"code": "", "limits": {"network": 1}})) == -32602
-    assert error_code(peer.call("run_python", {"code": "", "files": [{"name": "a"}]})) == -32602
     assert error_code(peer.call("docker_run", {"code": ""})) == -32602
-    assert error_code(peer.call("get_run", {"run_id": "x", "wait_s": 3600})) == -32602
     assert error_code(peer.request("resources/read", {"uri": 5})) == -32602
     assert error_code(peer.request("tools/list", {"cursor": "nope"})) == -32602
+
+
+BAD_ARGUMENTS: list[tuple[str, dict[str, Any], str]] = [
+    ("run_python", {"code": 12}, "code must be a string"),
+    ("run_python", {}, "'code'"),
+    ("run_python", {"code": "", "mount": "/"}, "'mount'"),
+    ("run_python", {"code": "", "limits": {"memory_mib": "x"}}, "memory_mib must be a number"),
+    ("run_python", {"code": "", "limits": {"network": 1}}, "'network'"),
+    ("run_python", {"code": "", "files": [{"name": "a"}]}, "name and content"),
+    ("get_run", {"run_id": "x", "wait_s": 3600}, "wait_s"),
+    ("stop_run", {"run_id": 5}, "run_id must be a string"),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "says"), BAD_ARGUMENTS)
+def test_bad_arguments_are_tool_errors_the_model_can_read(
+    peer: Peer, engine: FakeEngine, tool: str, arguments: dict[str, Any], says: str
+) -> None:
+    # 2025-11-25 and 2026-07-28 (SEP-1303): an isError result, so the model self-corrects.
+    result = peer.call(tool, arguments)["result"]
+    assert result["isError"] is True and says in result["content"][0]["text"]
+    peer.initialize("2025-11-25")
+    assert peer.call(tool, arguments, modern=False)["result"]["isError"] is True
+    # Older versions: a JSON-RPC error, as their specifications say.
+    peer.initialize("2025-06-18")
+    assert error_code(peer.call(tool, arguments, modern=False)) == -32602
+    assert not engine.calls
 
 
 def test_huge_frame_is_refused_and_the_server_keeps_serving(

@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -141,7 +142,10 @@ def test_eof_stops_a_run_in_flight_and_removes_its_box(
     with live_stdio(engine, state) as (reader, writer):
         reader.lines.put(call_line("start_run", {"code": ""}))
         assert next_response(writer)["result"]["structuredContent"]["state"] == "running"
-        assert engine.containers or engine.calls
+        deadline = time.monotonic() + 10
+        while not engine.containers:  # the run's thread creates the box
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
     assert not engine.containers
     assert any(name == "kill" for name, _ in engine.calls)
 
@@ -383,6 +387,8 @@ def test_http_stateless_requests(http_server: HttpServer) -> None:
     status, _, body = post(http_server, b"{not json", MODERN_HEADERS)
     assert status == 400 and json.loads(body)["error"]["code"] == -32700
     assert post(http_server, b"", MODERN_HEADERS, method="GET")[0] == 405
+    status, _, body = post(http_server, LIST, {"MCP-Protocol-Version": "1999-01-01"})
+    assert status == 400 and json.loads(body)["error"]["code"] == -32022
 
 
 def test_http_sessions_for_the_handshake_era(http_server: HttpServer) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from pybox._frontends.mcp._protocol import (
     ALL_VERSIONS,
+    ARGUMENT_ERRORS_AS_RESULTS_SINCE,
     HANDSHAKE_VERSIONS,
     HEADER_MISMATCH,
     INTERNAL_ERROR,
@@ -41,6 +42,7 @@ from pybox._frontends.mcp._protocol import (
     RESOURCE_NOT_FOUND_HANDSHAKE,
     STRUCTURED_SINCE,
     UNSUPPORTED_PROTOCOL_VERSION,
+    ArgumentError,
     JSONObject,
     RequestId,
     RpcError,
@@ -58,7 +60,7 @@ from pybox._frontends.mcp._resources import (
     static_resources,
     templates,
 )
-from pybox._frontends.mcp._tools import CallContext, Cancelled, Toolbox
+from pybox._frontends.mcp._tools import CallContext, Cancelled, Toolbox, text_result
 from pybox._version import __version__
 
 Reply = Callable[[JSONObject | None], None]
@@ -440,7 +442,14 @@ class Dispatcher:
                     body["total"] = total
                 reply(notification("notifications/progress", body))
 
-        result = self.toolbox.call(name, arguments, CallContext(cancel, progress))
+        try:
+            result = self.toolbox.call(name, arguments, CallContext(cancel, progress))
+        except ArgumentError as exc:
+            if version is not None and not version_at_least(
+                version, ARGUMENT_ERRORS_AS_RESULTS_SINCE
+            ):
+                raise
+            return text_result(f"{exc.message} Fix the arguments and call again.", is_error=True)
         if version is not None and not version_at_least(version, STRUCTURED_SINCE):
             result.pop("structuredContent", None)
         return result

@@ -31,11 +31,13 @@ from urllib.parse import urlsplit
 from pybox._core.errors import ConfigError
 from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
 from pybox._frontends.mcp._protocol import (
+    ALL_VERSIONS,
     HTTP_STATUS_FOR_ERROR,
     INVALID_REQUEST,
     META_PROTOCOL_VERSION,
     MODERN_VERSIONS,
     PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
     JSONObject,
     RpcError,
     decode,
@@ -263,6 +265,16 @@ class _Handler(BaseHTTPRequestHandler):
         enveloped = isinstance(meta, dict) and META_PROTOCOL_VERSION in meta
         stateless = method != "initialize" and (enveloped or header_version in MODERN_VERSIONS)
         is_request = is_dict and "id" in message and isinstance(method, str)
+        if header_version and header_version not in ALL_VERSIONS:
+            unsupported = RpcError(
+                UNSUPPORTED_PROTOCOL_VERSION,
+                f"Unsupported MCP-Protocol-Version {header_version!r}; supported: "
+                f"{', '.join(ALL_VERSIONS)}.",
+                {"supported": list(ALL_VERSIONS), "requested": header_version},
+            )
+            reply_id = message.get("id") if is_request else None
+            self._json(HTTPStatus.BAD_REQUEST, error_response(reply_id, unsupported))
+            return
         extra: dict[str, str] = {}
         if stateless or method in ("initialize", "server/discover") or not is_dict:
             conn = Connection()

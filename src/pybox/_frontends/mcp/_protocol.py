@@ -21,6 +21,8 @@ ALL_VERSIONS: tuple[str, ...] = (*MODERN_VERSIONS, *HANDSHAKE_VERSIONS)
 
 # Tool `title`, `outputSchema` and `structuredContent` arrived in 2025-06-18.
 STRUCTURED_SINCE = "2025-06-18"
+# Argument errors became tool execution errors in 2025-11-25 (SEP-1303).
+ARGUMENT_ERRORS_AS_RESULTS_SINCE = "2025-11-25"
 
 META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
@@ -63,6 +65,17 @@ class RpcError(Exception):
         self.code = code
         self.message = message
         self.data = data
+
+
+class ArgumentError(RpcError):
+    """Tool arguments that do not fit the tool's input schema.
+
+    Since 2025-11-25 (SEP-1303) this is a tool execution error (`isError`), so
+    the model reads it and corrects its call; older versions get `-32602`.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(INVALID_PARAMS, message)
 
 
 def error_response(request_id: RequestId | None, error: RpcError) -> JSONObject:

@@ -24,7 +24,7 @@ from pybox._core.limits import FIELDS_BY_KEY, LIMIT_FIELDS, LimitRequest, Limits
 from pybox._core.posture import INPUT_DIR, OUTPUT_DIR, WORK_DIR
 from pybox._core.receipt import Status
 from pybox._core.request import MAX_INPUTS, InputFile, RunRequest
-from pybox._frontends.mcp._protocol import INVALID_PARAMS, JSONObject, RpcError
+from pybox._frontends.mcp._protocol import INVALID_PARAMS, ArgumentError, JSONObject, RpcError
 from pybox._frontends.mcp._runs import Run, RunRegistry
 from pybox._orchestration.session import Session
 
@@ -67,8 +67,8 @@ def run_uri(run_id: str, part: str = "") -> str:
 # -- argument checking --------------------------------------------------------------
 
 
-def _bad(message: str) -> RpcError:
-    return RpcError(INVALID_PARAMS, message)
+def _bad(message: str) -> ArgumentError:
+    return ArgumentError(message)
 
 
 def _check_keys(where: str, value: JSONObject, allowed: tuple[str, ...]) -> None:
@@ -125,8 +125,8 @@ RUN_ARGUMENTS = ("code", "files", "image", "limits", "return_files")
 
 
 def parse_run_arguments(tool: str, args: JSONObject) -> RunRequest:
-    """A run request from tool arguments; RpcError for a malformed call,
-    InvalidRequest for values pybox refuses (reported as `isError`)."""
+    """A run request from tool arguments; ArgumentError for arguments that do not fit
+    the input schema, InvalidRequest for values pybox refuses (reported as `isError`)."""
     _check_keys(tool, args, RUN_ARGUMENTS)
     if "code" not in args:
         raise _bad(f"{tool}: the argument 'code' (the Python program, as a string) is missing.")
@@ -514,7 +514,7 @@ class Toolbox:
         if name == "stop_run":
             return self._stop_run(args)
         known = ", ".join(t["name"] for t in self.tools())
-        raise _bad(f"Unknown tool {name!r}. Tools: {known}.")
+        raise RpcError(INVALID_PARAMS, f"Unknown tool {name!r}. Tools: {known}.")
 
     # -- the calls --
 
