@@ -230,9 +230,12 @@ class Dispatcher:
             )
             return
         if not isinstance(message, dict) or not _nesting_ok(message):
-            reply(
-                error_response(None, RpcError(INVALID_REQUEST, "Invalid Request: not an object."))
+            text = (
+                "Invalid Request: the message is not a JSON object."
+                if not isinstance(message, dict)
+                else f"Invalid Request: the message is nested deeper than {MAX_NESTING} levels."
             )
+            reply(error_response(None, RpcError(INVALID_REQUEST, text)))
             return
         request_id = message.get("id")
         has_id = "id" in message
