@@ -2,7 +2,8 @@
 
 The official MCP Python SDK client connects in each of its three modes over
 stdio (the handshake era, 2026-07-28 adopted directly, and auto, which probes
-`server/discover`), and once over Streamable HTTP. Each session lists the
+`server/discover`), and over Streamable HTTP in both of its styles (auto,
+which settles on 2026-07-28, and the legacy session). Each session lists the
 tools, runs code with progress, reads the capabilities resource, and cancels
 a run in flight, then checks with the engine that the run's box is gone.
 The MCP Inspector CLI (from npm) lists the tools and calls run_python.
@@ -194,14 +195,19 @@ def http_server(state_dir: Path) -> Iterator[str]:
         assert out == b"", "the HTTP server wrote to stdout"
 
 
-def test_sdk_client_over_streamable_http(http_server: str, engine: Engine) -> None:
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_sdk_client_over_streamable_http(http_server: str, engine: Engine, mode: str) -> None:
+    """auto: the 2026-07-28 single POST per request (cancel = closing the stream);
+    legacy: the 2025-11-25 session (cancel = a POSTed notifications/cancelled)."""
+
     async def main() -> str:
         http = create_mcp_http_client(headers={"Authorization": f"Bearer {TOKEN}"})
-        async with http, Client(streamable_http_client(http_server, http_client=http)) as client:
+        transport = streamable_http_client(http_server, http_client=http)
+        async with http, Client(transport, mode=mode) as client:
             await exercise(client, engine)
             return client.protocol_version
 
-    assert anyio.run(main) == "2026-07-28"
+    assert anyio.run(main) == ("2025-11-25" if mode == "legacy" else "2026-07-28")
 
 
 def test_inspector_cli_lists_tools_and_runs_python(state_dir: Path) -> None:
