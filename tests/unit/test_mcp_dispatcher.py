@@ -434,3 +434,12 @@ def test_progress_increases(peer: Peer, engine: FakeEngine) -> None:
         assert message["params"]["total"] == 2.5
     assert len(seen) >= 2 and seen == sorted(set(seen))
     assert message["result"]["structuredContent"]["status"] == "timed_out"
+
+
+def test_an_unreadable_state_file_is_reported_not_a_crash(peer: Peer, state: StateStore) -> None:
+    state.images_file.write_text('{"images": 7}')
+    response = peer.request("tools/list")
+    assert error_code(response) == -32603
+    assert "image list" in response["error"]["message"]
+    assert "bug" not in response["error"]["message"]
+    assert "result" in peer.request("server/discover")

@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pybox._core.errors import PyboxError
 from pybox._frontends.mcp._protocol import (
     ALL_VERSIONS,
     ARGUMENT_ERRORS_AS_RESULTS_SINCE,
@@ -354,6 +355,8 @@ class Dispatcher:
             reply(None)
         except RpcError as error:
             reply(error_response(request_id, error))
+        except PyboxError as exc:  # pybox's own state (an unreadable state file, say)
+            reply(error_response(request_id, RpcError(INTERNAL_ERROR, str(exc))))
         except Exception as exc:
             _debug_traceback()
             reply(error_response(request_id, _internal(exc)))

@@ -20,7 +20,15 @@ from typing import Any
 from pybox._core.capture import HeadTailCapture
 from pybox._core.errors import ConfigError, ImageError, InvalidRequest, LimitExceeded, PyboxError
 from pybox._core.images import check_image_name
-from pybox._core.limits import FIELDS_BY_KEY, LIMIT_FIELDS, LimitRequest, Limits, parse_user_value
+from pybox._core.limits import (
+    FIELDS_BY_KEY,
+    KIB,
+    LIMIT_FIELDS,
+    MIB,
+    LimitRequest,
+    Limits,
+    parse_user_value,
+)
 from pybox._core.posture import INPUT_DIR, OUTPUT_DIR, WORK_DIR
 from pybox._core.receipt import Status
 from pybox._core.request import MAX_INPUTS, InputFile, RunRequest
@@ -396,10 +404,10 @@ class Toolbox:
         images = self.allowed_images()
         run_schema = run_input_schema(d, c, images)
         limits_text = (
-            f"Default limits: {d.timeout_s:g} s wall clock, {d.memory_bytes // 2**20} MiB memory "
+            f"Default limits: {d.timeout_s:g} s wall clock, {d.memory_bytes // MIB} MiB memory "
             f"(no swap), {d.cpus:g} CPU, {d.pids} processes, "
-            f"{d.output_bytes // 1024} KiB output per stream. Ceilings: {c.timeout_s:g} s, "
-            f"{c.memory_bytes // 2**20} MiB, {c.cpus:g} CPUs; asking for more is refused."
+            f"{d.output_bytes // KIB} KiB output per stream. Ceilings: {c.timeout_s:g} s, "
+            f"{c.memory_bytes // MIB} MiB, {c.cpus:g} CPUs; asking for more is refused."
         )
         box_text = (
             "Each run gets a fresh, sealed box: no network, no host files, read-only root, "
