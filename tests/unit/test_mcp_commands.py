@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pybox._adapters.state import StateStore
+from pybox._core.errors import ConfigError
 from pybox._frontends import cli
 from pybox._frontends.mcp import ServerOptions, operator_environ, register
 from pybox._orchestration.session import Session
@@ -105,3 +106,9 @@ def test_config_refuses_an_unknown_client() -> None:
     )
     assert done.returncode == 2 and done.stdout == b""
     assert b"invalid choice" in done.stderr
+
+
+def test_a_bad_operator_flag_is_named() -> None:
+    args = parse(["mcp", "--max-memory", "lots"])
+    with pytest.raises(ConfigError, match="--max-memory"):
+        operator_environ(args, {})

@@ -16,7 +16,7 @@ from typing import Any
 
 from pybox._core.errors import ConfigError
 from pybox._core.images import check_image_name
-from pybox._core.limits import KIB, MIB
+from pybox._core.limits import KIB, MIB, parse_user_value
 from pybox._frontends.mcp._clientconfig import CLIENTS, WHERE, client_config
 from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
 from pybox._frontends.mcp._http import HttpServer, http_settings
@@ -69,6 +69,7 @@ def operator_environ(args: argparse.Namespace, environ: Any) -> dict[str, str]:
         for flag, (key, _) in flags.items():
             value = getattr(args, _flag_attr(flag))
             if value is not None:
+                parse_user_value(key, value, flag)  # a bad flag is named as the flag
                 env[prefix + key.upper()] = value
     return env
 
