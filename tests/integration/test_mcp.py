@@ -236,3 +236,39 @@ def test_inspector_cli_lists_tools_and_runs_python(state_dir: Path) -> None:
     )
     assert called["structuredContent"]["stdout"] == "42\n"
     assert called["structuredContent"]["status"] == "succeeded"
+
+
+def test_end_of_input_stops_runs_removes_boxes_and_exits_cleanly(
+    state_dir: Path, engine: Engine
+) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pybox", "mcp"],
+        env=server_env(state_dir),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"_meta": meta, "name": "start_run", "arguments": {"code": SLOW_PROGRAM}},
+    }
+    process.stdin.write(json.dumps(call).encode() + b"\n")
+    process.stdin.flush()
+    started = json.loads(process.stdout.readline())
+    assert started["result"]["structuredContent"]["state"] == "running"
+    deadline = time.monotonic() + 30
+    while not (mine := boxes_of_my_servers(engine)):
+        assert time.monotonic() < deadline, "the run's box never appeared"
+        time.sleep(0.1)
+    out, err = process.communicate(timeout=60)  # closes its stdin: end of input
+    assert process.returncode == 0, err.decode()[-2000:]
+    assert out == b""  # nothing but protocol messages, and none after end of input
+    for container_id in mine:
+        assert engine.inspect_container(container_id) is None
