@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pybox._frontends import cli
+from pybox._frontends import cli, mcp
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return cli.main(argv)
+    return cli.main(argv, extra_commands=[mcp.register])

@@ -1,0 +1,203 @@
+"""`pybox mcp`: the Model Context Protocol server, standard library only.
+
+Layers, as in the MCP python-sdk: transports (`_stdio`, `_http`) carry frames;
+the dispatcher (`_dispatcher`) speaks JSON-RPC and both protocol eras; tools
+and resources (`_tools`, `_resources`) turn calls into runs through the
+orchestration `Session`. `register(commands)` adds `pybox mcp` and
+`pybox config` to the command line (wired in `pybox._main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from pybox._core.errors import ConfigError, PyboxError
+from pybox._core.images import check_image_name
+from pybox._core.limits import KIB, MIB, parse_user_value
+from pybox._frontends.mcp._clientconfig import CLIENTS, WHERE, client_config
+from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
+from pybox._frontends.mcp._http import HttpServer, http_settings
+from pybox._frontends.mcp._runs import RunRegistry
+from pybox._frontends.mcp._stdio import StdioServer, claim_stdio
+from pybox._frontends.mcp._tools import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_RUNNING,
+    DEFAULT_REPLY_BYTES,
+    ServerOptions,
+    Toolbox,
+)
+from pybox._orchestration.session import Session
+
+__all__ = [
+    "Connection",
+    "Dispatcher",
+    "ServerOptions",
+    "build_dispatcher",
+    "operator_environ",
+    "register",
+]
+
+# Operator flag -> (limit key, help). Ceilings first, then defaults.
+CEILING_FLAGS: dict[str, tuple[str, str]] = {
+    "--max-timeout": ("timeout_s", "ceiling on a run's wall-clock time, in seconds"),
+    "--max-memory": ("memory_mib", "ceiling on a run's memory, in MiB"),
+    "--max-cpus": ("cpus", "ceiling on a run's CPUs"),
+    "--max-pids": ("pids", "ceiling on a run's processes"),
+    "--max-writable": ("writable_mib", "ceiling on a run's writable space per tmpfs, in MiB"),
+    "--max-output": ("output_kib", "ceiling on output kept per stream, in KiB"),
+    "--max-input": ("input_mib", "ceiling on code plus input files, in MiB"),
+    "--max-files": ("output_files", "ceiling on files a run may return"),
+}
+DEFAULT_FLAGS: dict[str, tuple[str, str]] = {
+    "--default-timeout": ("timeout_s", "a run's wall-clock time when it asks for none, in s"),
+    "--default-memory": ("memory_mib", "a run's memory when it asks for none, in MiB"),
+}
+
+
+def _flag_attr(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def operator_environ(args: argparse.Namespace, environ: Any) -> dict[str, str]:
+    """The environment with the operator's flags applied last (they win over
+    PYBOX_MAX_* and PYBOX_DEFAULT_* and the config file)."""
+    env = dict(environ)
+    for flags, prefix in ((CEILING_FLAGS, "PYBOX_MAX_"), (DEFAULT_FLAGS, "PYBOX_DEFAULT_")):
+        for flag, (key, _) in flags.items():
+            value = getattr(args, _flag_attr(flag))
+            if value is not None:
+                parse_user_value(key, value, flag)  # a bad flag is named as the flag
+                env[prefix + key.upper()] = value
+    return env
+
+
+def _images(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    for name in names:
+        try:
+            check_image_name(name)
+        except Exception as exc:
+            raise ConfigError(f"--images: {exc}") from None
+    return names
+
+
+def _positive(flag: str, value: int) -> int:
+    if value < 1:
+        raise ConfigError(f"{flag} must be at least 1, not {value}.")
+    return value
+
+
+def build_dispatcher(session: Session, options: ServerOptions) -> Dispatcher:
+    return Dispatcher(Toolbox(session, RunRegistry(session), options))
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    env = operator_environ(args, os.environ)
+    # A server is long-lived: it keeps a warm pool of single-use boxes.
+    session = Session.open(env, args.config, warm_pool=True, log=log)
+    options = ServerOptions(
+        images=_images(args.images),
+        reply_bytes=_positive("--reply-output", args.reply_output) * KIB,
+        max_running=_positive("--max-running", args.max_running),
+        max_message_bytes=_positive("--max-message", args.max_message) * MIB,
+    )
+    dispatcher = build_dispatcher(session, options)
+    try:
+        _warm_up(session)
+        if args.http is not None:
+            settings, generated = http_settings(
+                args.http, os.environ, tuple(args.allow_origin or ())
+            )
+            server = HttpServer(settings, dispatcher)
+            if generated:
+                log(f"bearer token (send as 'Authorization: Bearer <token>'): {settings.token}")
+            return server.serve()
+        with claim_stdio() as (reader, writer):
+            return StdioServer(dispatcher, reader, writer).serve()
+    finally:
+        for name in session.close():
+            log(f"could not confirm the waiting box {name} removed; `pybox sweep` will")
+
+
+def _warm_up(session: Session) -> None:
+    """Start the default run's warm boxes in the background; never fatal."""
+    try:
+        session.warm_up()
+    except PyboxError as exc:
+        log(f"warm pool not started ({exc}); runs take the normal path")
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    text = client_config(args.client, args.format, args.server_arg or ())
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+    sys.stderr.write(f"pybox: {WHERE[args.client]}\n")
+    return 0
+
+
+def register(commands: Any) -> None:
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve the Model Context Protocol (stdio, or Streamable HTTP with --http)",
+        description="Serve pybox to AI agents over MCP. stdout carries only the protocol; "
+        "logs go to stderr. Operator flags set ceilings an agent cannot exceed.",
+    )
+    mcp.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio (port 0: any free "
+        "port). Needs the bearer token printed at start, or the one in PYBOX_MCP_TOKEN "
+        "(required for a non-loopback address).",
+    )
+    mcp.add_argument(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="an extra browser Origin allowed to call the HTTP endpoint (repeatable)",
+    )
+    mcp.add_argument(
+        "--images", metavar="NAMES", help="comma-separated images agents may use (default: all)"
+    )
+    for flag, (_, help_text) in {**CEILING_FLAGS, **DEFAULT_FLAGS}.items():
+        mcp.add_argument(flag, metavar="N", help=help_text)
+    mcp.add_argument(
+        "--reply-output",
+        type=int,
+        default=DEFAULT_REPLY_BYTES // KIB,
+        metavar="KIB",
+        help="output per stream put in a tool result, head and tail (default: %(default)s); "
+        "the full output stays in the run's resources",
+    )
+    mcp.add_argument(
+        "--max-running",
+        type=int,
+        default=DEFAULT_MAX_RUNNING,
+        metavar="N",
+        help="runs going at once (default: %(default)s)",
+    )
+    mcp.add_argument(
+        "--max-message",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES // MIB,
+        metavar="MIB",
+        help="largest JSON-RPC message accepted (default: %(default)s)",
+    )
+    mcp.set_defaults(handler=cmd_mcp)
+
+    config = commands.add_parser(
+        "config", help="print the MCP configuration for a client (stdout: only the config)"
+    )
+    config.add_argument("--client", required=True, choices=CLIENTS)
+    config.add_argument("--format", choices=("text", "json"), default="text")
+    config.add_argument(
+        "--server-arg",
+        action="append",
+        metavar="ARG",
+        help="an argument for `pybox mcp`, such as --max-memory=256 (repeatable)",
+    )
+    config.set_defaults(handler=cmd_config)

@@ -1,0 +1,193 @@
+"""The MCP resources: what this server allows, and each run it keeps.
+
+- `pybox://capabilities`: limits (defaults and ceilings), images, network
+  policy, the box's boundary and what persists, so an agent reads them instead
+  of discovering them by failing;
+- `pybox://runs/{run_id}`: a run's state and receipt;
+- `pybox://runs/{run_id}/stdout` and `/stderr`: its output as kept by the box
+  limit (tool results carry only the head and tail);
+- `pybox://runs/{run_id}/files/{path}`: a file the program returned.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+from pybox._core.limits import LIMIT_FIELDS, Limits
+from pybox._core.posture import BOX_USER, INPUT_DIR, OUTPUT_DIR, PYBOX_ROOT, TMP_DIR, WORK_DIR
+from pybox._frontends.mcp._protocol import JSONObject
+from pybox._frontends.mcp._runs import Run
+from pybox._frontends.mcp._tools import MAX_GET_WAIT_S, Toolbox, run_structure, run_uri
+from pybox._version import __version__
+
+CAPABILITIES_URI = "pybox://capabilities"
+RUNS_PREFIX = "pybox://runs/"
+MAX_LISTED_RUNS = 50
+
+
+class ResourceNotFound(Exception):
+    """No resource at this URI (the message says which exist)."""
+
+
+def _user_units(limits: Limits) -> dict[str, float | int]:
+    values: dict[str, float | int] = {}
+    for f in LIMIT_FIELDS:
+        user = f.to_user(getattr(limits, f.attr))
+        values[f.key] = int(user) if f.integral and float(user).is_integer() else user
+    return values
+
+
+def capabilities(toolbox: Toolbox) -> JSONObject:
+    session = toolbox.session
+    policy = session.policy
+    recorded = session.state.images()
+    allowed = toolbox.allowed_images()
+    return {
+        "pybox_version": __version__,
+        "limits": {
+            "units": {f.key: f.unit for f in LIMIT_FIELDS},
+            "defaults": _user_units(policy.defaults),
+            "ceilings": _user_units(policy.ceilings),
+            "rule": "A run may ask for any value up to its ceiling; asking above a ceiling is "
+            "refused with an error naming the ceiling, never lowered silently.",
+        },
+        "images": [
+            {
+                "name": name,
+                "image_id": recorded[name].image_id,
+                "python": recorded[name].python_path,
+                "packages": list(recorded[name].packages),
+            }
+            for name in allowed
+        ],
+        "network": "none: a box has no network interface but loopback",
+        "boundary": {
+            "user": BOX_USER,
+            "root_filesystem": "read-only",
+            "writable_paths": [PYBOX_ROOT, TMP_DIR, "/dev/shm"],
+            "writable_size": "each writable path is a tmpfs of limits.writable_mib",
+            "program": f"{WORK_DIR}/main.py, run with the image's python",
+            "input_dir": INPUT_DIR,
+            "output_dir": OUTPUT_DIR,
+            "capabilities": "none (all dropped), no-new-privileges",
+            "host_paths": "none mounted",
+            "engine_socket": "not reachable from the box",
+            "swap": "none (memory plus swap equals the memory limit)",
+        },
+        "persistence": {
+            "between_runs": "nothing: every run gets a fresh box, removed after the run "
+            "(removal confirmed against the engine)",
+            "runs_kept": f"this server keeps the most recent finished runs (at least "
+            f"{toolbox.registry.keep_finished}) with their output, receipt and returned files, "
+            "in memory and a private temporary directory, until it exits",
+        },
+        "tool_results": {
+            "output_per_stream_bytes": toolbox.options.reply_bytes,
+            "shortening": "head and tail kept, marked; the full output (up to limits.output_kib) "
+            "is in pybox://runs/{run_id}/stdout and /stderr",
+            "get_run_max_wait_s": MAX_GET_WAIT_S,
+            "max_message_bytes": toolbox.options.max_message_bytes,
+            "max_runs_at_once": toolbox.options.max_running,
+        },
+    }
+
+
+def static_resources() -> list[JSONObject]:
+    return [
+        {
+            "uri": CAPABILITIES_URI,
+            "name": "capabilities",
+            "title": "What this pybox server allows",
+            "description": "Limits (defaults and ceilings), images, network policy, the box's "
+            "boundary and what persists. Read it before asking for limits.",
+            "mimeType": "application/json",
+        }
+    ]
+
+
+def run_resources(runs: list[Run]) -> list[JSONObject]:
+    return [
+        {
+            "uri": run_uri(run.run_id),
+            "name": f"run {run.run_id}",
+            "description": "state and receipt of the run",
+            "mimeType": "application/json",
+        }
+        for run in runs[:MAX_LISTED_RUNS]
+    ]
+
+
+def templates() -> list[JSONObject]:
+    return [
+        {
+            "uriTemplate": "pybox://runs/{run_id}",
+            "name": "run",
+            "title": "A run's state and receipt",
+            "mimeType": "application/json",
+        },
+        {
+            "uriTemplate": "pybox://runs/{run_id}/stdout",
+            "name": "run-stdout",
+            "title": "A run's standard output, as kept",
+            "mimeType": "text/plain",
+        },
+        {
+            "uriTemplate": "pybox://runs/{run_id}/stderr",
+            "name": "run-stderr",
+            "title": "A run's standard error, as kept",
+            "mimeType": "text/plain",
+        },
+        {
+            "uriTemplate": "pybox://runs/{run_id}/files/{path}",
+            "name": "run-file",
+            "title": "A file the run returned",
+        },
+    ]
+
+
+def _text(uri: str, mime: str, text: str) -> JSONObject:
+    return {"uri": uri, "mimeType": mime, "text": text}
+
+
+def read(toolbox: Toolbox, uri: str) -> tuple[list[JSONObject], bool]:
+    """The contents at `uri`, and whether they can no longer change."""
+    if uri == CAPABILITIES_URI:
+        return [_text(uri, "application/json", json.dumps(capabilities(toolbox), indent=2))], False
+    if not uri.startswith(RUNS_PREFIX):
+        raise ResourceNotFound(
+            f"No resource {uri!r}. Resources: {CAPABILITIES_URI} and pybox://runs/{{run_id}}."
+        )
+    run_id, _, part = uri[len(RUNS_PREFIX) :].partition("/")
+    run = toolbox.registry.get(run_id)
+    if run is None:
+        raise ResourceNotFound(
+            f"No run {run_id!r} is kept by this server (it keeps the most recent runs while it "
+            "runs). List them with resources/list."
+        )
+    final = not run.running
+    if part == "":
+        data = run_structure(run, toolbox.options.reply_bytes)
+        return [_text(uri, "application/json", json.dumps(data, indent=2))], final
+    if run.running or run.outcome is None:
+        raise ResourceNotFound(f"Run {run_id} has no {part!r} yet: it has not finished.")
+    if part in ("stdout", "stderr"):
+        data_bytes: bytes = getattr(run.outcome, part)
+        return [_text(uri, "text/plain", data_bytes.decode("utf-8", "replace"))], final
+    if part.startswith("files/") and run.files_dir is not None:
+        path = part[len("files/") :]
+        known = {f.path for f in run.outcome.output_files}
+        if path in known:
+            return [_file_contents(uri, run.files_dir / path)], final
+    raise ResourceNotFound(f"Run {run_id} has no resource {part!r}.")
+
+
+def _file_contents(uri: str, path: Path) -> JSONObject:
+    data = path.read_bytes()
+    try:
+        return _text(uri, "text/plain", data.decode("utf-8"))
+    except UnicodeDecodeError:
+        blob: Any = base64.b64encode(data).decode("ascii")
+        return {"uri": uri, "mimeType": "application/octet-stream", "blob": blob}

@@ -1,0 +1,147 @@
+"""Runs the MCP server started: each in its own thread, findable by id until evicted.
+
+A tool call cannot stay open for an hour, so a run lives here and the agent
+polls it (`get_run`) or stops it (`stop_run`). The server keeps the most recent
+finished runs (and their returned files, in a private temporary directory)
+for the resources `pybox://runs/{run_id}`; nothing outlives the server.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pybox._core.errors import PyboxError
+from pybox._core.limits import Limits
+from pybox._core.request import RunRequest
+from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
+from pybox._orchestration.session import Session
+
+KEEP_FINISHED_RUNS = 50
+STOP_WAIT_S = 30.0
+
+
+@dataclass
+class Run:
+    """One run and, once it ended, its outcome (or the error that stopped it)."""
+
+    run_id: str
+    request: RunRequest
+    limits: Limits
+    files_dir: Path | None
+    started_at: float = field(default_factory=time.monotonic)
+    started_wall: float = field(default_factory=time.time)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: RunOutcome | None = None
+    error: PyboxError | None = None
+    stop_requested: bool = False
+
+    @property
+    def running(self) -> bool:
+        return not self.done.is_set()
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started_at
+
+    def wait(self, timeout_s: float | None) -> bool:
+        return self.done.wait(timeout_s)
+
+
+class RunRegistry:
+    """Starts runs through the session and keeps them for later reads."""
+
+    def __init__(self, session: Session, keep_finished: int = KEEP_FINISHED_RUNS) -> None:
+        self._session = session
+        self.keep_finished = keep_finished
+        self._runs: OrderedDict[str, Run] = OrderedDict()
+        self._lock = threading.Lock()
+        self._files_root: Path | None = None
+        self._closed = False
+
+    def start(
+        self, request: RunRequest, limits: Limits, on_done: Callable[[Run], None] | None = None
+    ) -> Run:
+        """Start `request` (already checked by `Session.resolve`) in a new thread."""
+        with self._lock:
+            if self._closed:
+                raise PyboxError("The MCP server is shutting down; no new run is started.")
+            run_id = secrets.token_hex(8)
+            files_dir = self._new_files_dir(run_id) if request.collect_outputs else None
+            run = Run(run_id, request, limits, files_dir)
+            self._runs[run_id] = run
+        thread = threading.Thread(
+            target=self._execute, args=(run, on_done), name=f"pybox-mcp-run-{run_id}", daemon=True
+        )
+        thread.start()
+        return run
+
+    def _new_files_dir(self, run_id: str) -> Path:
+        if self._files_root is None:
+            self._files_root = Path(tempfile.mkdtemp(prefix="pybox-mcp-files-"))
+        path = self._files_root / run_id
+        path.mkdir()
+        return path
+
+    def _execute(self, run: Run, on_done: Callable[[Run], None] | None) -> None:
+        try:
+            run.outcome = self._session.run(run.request, files_dir=run.files_dir, cancel=run.cancel)
+        except RunInterrupted as stop:
+            run.outcome = stop.outcome
+        except PyboxError as exc:
+            run.error = exc
+        except Exception as exc:  # a bug must still end the run visibly, never hang a poller
+            run.error = PyboxError(f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            run.done.set()
+            self._evict_finished()
+            if on_done is not None:
+                on_done(run)
+
+    def get(self, run_id: str) -> Run | None:
+        with self._lock:
+            return self._runs.get(run_id)
+
+    def running_count(self) -> int:
+        with self._lock:
+            return sum(1 for run in self._runs.values() if run.running)
+
+    def recent(self) -> list[Run]:
+        with self._lock:
+            return list(reversed(self._runs.values()))
+
+    def stop(self, run: Run, wait_s: float = STOP_WAIT_S) -> bool:
+        """Ask the run to stop; True once it ended (its box removed)."""
+        if run.running:
+            run.stop_requested = True
+            run.cancel.set()
+        return run.wait(wait_s)
+
+    def _evict_finished(self) -> None:
+        with self._lock:
+            finished = [r for r in self._runs.values() if not r.running]
+            for run in finished[: max(len(finished) - self.keep_finished, 0)]:
+                del self._runs[run.run_id]
+                if run.files_dir is not None:
+                    shutil.rmtree(run.files_dir, ignore_errors=True)
+
+    def close(self, wait_s: float = STOP_WAIT_S) -> None:
+        """Stop every run still going (their boxes are removed), then drop the files."""
+        with self._lock:
+            self._closed = True
+            runs = list(self._runs.values())
+        for run in runs:
+            if run.running:
+                run.cancel.set()
+        deadline = time.monotonic() + wait_s
+        for run in runs:
+            run.wait(max(deadline - time.monotonic(), 0.0))
+        if self._files_root is not None:
+            shutil.rmtree(self._files_root, ignore_errors=True)
