@@ -2,7 +2,9 @@
 
 Layers, later ones winning: built-in defaults and ceilings; the config file
 (`--config`, else `PYBOX_CONFIG`, else `$XDG_CONFIG_HOME/pybox/config.toml`);
-environment variables `PYBOX_DEFAULT_<KEY>` and `PYBOX_MAX_<KEY>`. Front ends
+environment variables `PYBOX_DEFAULT_<KEY>` and `PYBOX_MAX_<KEY>`. The repair
+loop's bounds work the same way: `[repair.defaults]`, `[repair.ceilings]`,
+`PYBOX_REPAIR_DEFAULT_<KEY>`, `PYBOX_REPAIR_MAX_<KEY>`. Front ends
 that accept operator flags (such as `pybox mcp --max-memory`) apply them last.
 """
 
@@ -10,15 +12,16 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pybox._adapters.state import default_state_dir
 from pybox._core.errors import ConfigError
-from pybox._core.limits import FIELDS_BY_KEY, Policy
+from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
+from pybox._core.repair import REPAIR_FIELDS_BY_KEY, RepairPolicy
 
-CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir")
+CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "repair")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class Settings:
     state_dir: Path
     config_file: Path | None
     sources: tuple[str, ...]
+    repair_policy: RepairPolicy = field(default_factory=RepairPolicy)
 
 
 def config_file_path(environ: Mapping[str, str], explicit: str | None) -> tuple[Path | None, bool]:
@@ -57,20 +61,25 @@ def _section(data: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
     return section
 
 
-def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+def _env_layer(
+    environ: Mapping[str, str],
+    fields: Mapping[str, LimitField] = FIELDS_BY_KEY,
+    prefix: str = "PYBOX_",
+) -> tuple[dict[str, str], dict[str, str]]:
     defaults: dict[str, str] = {}
     ceilings: dict[str, str] = {}
-    for key in FIELDS_BY_KEY:
+    for key in fields:
         upper = key.upper()
-        if f"PYBOX_DEFAULT_{upper}" in environ:
-            defaults[key] = environ[f"PYBOX_DEFAULT_{upper}"]
-        if f"PYBOX_MAX_{upper}" in environ:
-            ceilings[key] = environ[f"PYBOX_MAX_{upper}"]
+        if f"{prefix}DEFAULT_{upper}" in environ:
+            defaults[key] = environ[f"{prefix}DEFAULT_{upper}"]
+        if f"{prefix}MAX_{upper}" in environ:
+            ceilings[key] = environ[f"{prefix}MAX_{upper}"]
     return defaults, ceilings
 
 
 def load_settings(environ: Mapping[str, str], config_path: str | None = None) -> Settings:
     policy = Policy()
+    repair_policy = RepairPolicy()
     sources = ["built-in"]
     state_dir = default_state_dir(environ)
     path, explicit = config_file_path(environ, config_path)
@@ -90,6 +99,18 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         policy = policy.with_settings(
             _section(data, "defaults", path), _section(data, "ceilings", path), str(path)
         )
+        repair = _section(data, "repair", path)
+        unknown = sorted(set(repair) - {"defaults", "ceilings"})
+        if unknown:
+            raise ConfigError(
+                f"{path}: unknown setting(s) repair.{', repair.'.join(unknown)}. Known: "
+                "repair.defaults, repair.ceilings."
+            )
+        repair_policy = repair_policy.with_settings(
+            _section(repair, "defaults", path),
+            _section(repair, "ceilings", path),
+            f"{path} [repair]",
+        )
         if "state_dir" in data and "PYBOX_STATE_DIR" not in environ:
             if not isinstance(data["state_dir"], str):
                 raise ConfigError(f"{path}: state_dir must be a path string.")
@@ -97,7 +118,9 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
-    if env_defaults or env_ceilings:
+    repair_defaults, repair_ceilings = _env_layer(environ, REPAIR_FIELDS_BY_KEY, "PYBOX_REPAIR_")
+    if env_defaults or env_ceilings or repair_defaults or repair_ceilings:
         policy = policy.with_settings(env_defaults, env_ceilings, "environment")
+        repair_policy = repair_policy.with_settings(repair_defaults, repair_ceilings, "environment")
         sources.append("environment")
-    return Settings(policy, state_dir, used_file, tuple(sources))
+    return Settings(policy, state_dir, used_file, tuple(sources), repair_policy)

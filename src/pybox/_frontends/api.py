@@ -1,11 +1,11 @@
-"""The Python API: `run_container()` and a reusable `Client`."""
+"""The Python API: `run_container()`, `repair()` and a reusable `Client`."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, Unpack
@@ -13,12 +13,16 @@ from typing import TypedDict, Unpack
 from pybox._core.errors import InvalidRequest
 from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Receipt
+from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import InputFile, RunRequest
 from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.outputs import discard, prepare_destination, publish
+from pybox._orchestration.repair import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 
 InputLike = InputFile | tuple[str, bytes]
+GoalLike = RepairGoal | str
+ModelLike = RepairModel | str | Sequence[str]
 
 
 class RunOptions(TypedDict, total=False):
@@ -36,6 +40,22 @@ class RunOptions(TypedDict, total=False):
     output_dir: str | os.PathLike[str] | None
     image: str
     code_name: str
+    cancel: threading.Event | None
+
+
+class RepairOptions(TypedDict, total=False):
+    """The optional keyword arguments of `Client.repair` and `repair`."""
+
+    budget: RepairBudget | None
+    code_name: str
+    image: str
+    timeout_s: float | None
+    memory_bytes: int | None
+    cpus: float | None
+    pids: int | None
+    open_files: int | None
+    writable_bytes: int | None
+    output_bytes: int | None
     cancel: threading.Event | None
 
 
@@ -107,7 +127,8 @@ class Client:
     def __init__(
         self, *, environ: Mapping[str, str] | None = None, config_path: str | None = None
     ) -> None:
-        self._session = Session.open(os.environ if environ is None else environ, config_path)
+        self._environ = os.environ if environ is None else environ
+        self._session = Session.open(self._environ, config_path)
 
     def run(
         self,
@@ -179,6 +200,72 @@ class Client:
         elif staging is not None:
             discard(staging)
         return _result(outcome, files, destination)
+
+    def repair(
+        self,
+        code: str | bytes,
+        *,
+        goal: GoalLike,
+        model: ModelLike,
+        budget: RepairBudget | None = None,
+        code_name: str = "main.py",
+        image: str = "stdlib",
+        timeout_s: float | None = None,
+        memory_bytes: int | None = None,
+        cpus: float | None = None,
+        pids: int | None = None,
+        open_files: int | None = None,
+        writable_bytes: int | None = None,
+        output_bytes: int | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RepairReport:
+        """Let `model` propose fixed versions of `code` until one meets `goal`.
+
+        Every proposal runs in a fresh sealed box with the given per-run limits;
+        `budget` may only lower the operator's repair bounds (asking for more
+        raises `LimitExceeded` before anything runs). `goal` is a `RepairGoal` or
+        "exit0"; `model` a `RepairModel`, or a command line for a local command.
+        The report's `fixed_code` holds the program that met the goal; nothing is
+        written to disk.
+        """
+        if isinstance(code, str):
+            code = code.encode("utf-8")
+        job = RepairJob(
+            code=code,
+            goal=_goal(goal),
+            model=model if isinstance(model, RepairModel) else RepairModel.command(model),
+            code_name=code_name,
+            budget=budget or RepairBudget(),
+            run_limits=LimitRequest(
+                timeout_s=timeout_s,
+                memory_bytes=memory_bytes,
+                cpus=cpus,
+                pids=pids,
+                open_files=open_files,
+                writable_bytes=writable_bytes,
+                output_bytes=output_bytes,
+            ),
+            image=image,
+        )
+        return RepairLoop(self._session, job, self._environ).run(cancel)
+
+
+def _goal(goal: GoalLike) -> RepairGoal:
+    if isinstance(goal, RepairGoal):
+        return goal
+    if goal == "exit0":
+        return RepairGoal.exit0()
+    raise InvalidRequest(
+        f"goal must be a RepairGoal (exit0(), expect_stdout(text), tests(code)) or 'exit0', "
+        f"not {goal!r}."
+    )
+
+
+def repair(
+    code: str | bytes, *, goal: GoalLike, model: ModelLike, **options: Unpack[RepairOptions]
+) -> RepairReport:
+    """Repair `code` once with a new `Client`. See `Client.repair` for the options."""
+    return Client().repair(code, goal=goal, model=model, **options)
 
 
 def run_container(code: str | bytes, **options: Unpack[RunOptions]) -> RunResult:

@@ -21,6 +21,7 @@ from pybox._core.errors import ImageError, LimitExceeded
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
 from pybox._core.receipt import EngineFacts
+from pybox._core.repair import RepairPolicy
 from pybox._core.request import RunRequest, check_request
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.cleanup import SweepReport, sweep
@@ -49,11 +50,13 @@ class Session:
         sampler_factory: SamplerFactory | None = None,
         is_owner_alive: Callable[[str], bool | None] = owner_alive,
         runtime: str = "runc",
+        repair_policy: RepairPolicy | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
         self.state = state
         self.policy = policy
+        self.repair_policy = repair_policy or RepairPolicy()
         self.owner = owner or current_owner()
         self.is_owner_alive = is_owner_alive
         self._sampler_factory = sampler_factory or local_sampler_factory(SAMPLE_INTERVAL_S)
@@ -73,6 +76,7 @@ class Session:
             lambda: DockerEngine.connect(find_endpoint(env)),
             StateStore(settings.state_dir),
             settings.policy,
+            repair_policy=settings.repair_policy,
         )
 
     @property

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from pybox._core.errors import ConfigError, PyboxError, RequestRejected
-from pybox._frontends.cli import _exec, _images, _maintenance
+from pybox._frontends.cli import _exec, _images, _maintenance, _repair
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_REJECTED,
@@ -36,6 +36,7 @@ COMMAND_GROUPS: tuple[Registrar, ...] = (
     _exec.register,
     _images.register,
     _maintenance.register,
+    _repair.register,
 )
 
 __all__ = ["Registrar", "build_parser", "main"]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from pybox._core.errors import InvalidRequest
+from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.receipt import Receipt, Status
 from pybox._orchestration.session import Session
 
@@ -64,3 +65,10 @@ def error_kind(exc: BaseException) -> str:
     return re.sub(
         r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", type(exc).__name__
     ).lower()
+
+
+def json_error(version_key: str, version: int, exc: PyboxError) -> str:
+    """The one-line JSON error record of a command's `--json` output."""
+    return json.dumps(
+        {version_key: version, "error": {"kind": error_kind(exc), "message": str(exc)}}
+    )

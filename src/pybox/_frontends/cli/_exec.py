@@ -16,7 +16,7 @@ from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_STOPPED,
     Commands,
-    error_kind,
+    json_error,
     open_session,
     read_file,
     say,
@@ -101,12 +101,7 @@ def exec_json(outcome: RunOutcome, output_dir: Path | None) -> dict[str, Any]:
 
 
 def _json_error(exc: PyboxError) -> str:
-    return json.dumps(
-        {
-            "pybox_exec_version": EXEC_JSON_VERSION,
-            "error": {"kind": error_kind(exc), "message": str(exc)},
-        }
-    )
+    return json_error("pybox_exec_version", EXEC_JSON_VERSION, exc)
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
