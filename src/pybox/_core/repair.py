@@ -288,7 +288,7 @@ def _check_tests_summary(stdout: bytes, nonce: str) -> GoalCheck:
     )
 
 
-def tests_runner(goal: RepairGoal, nonce: str) -> bytes:
+def runner_for_tests(goal: RepairGoal, nonce: str) -> bytes:
     """The program the box runs for a `tests` goal.
 
     The proposal and the tests are read-only input files; the runner puts the

@@ -45,8 +45,8 @@ from pybox._core.repair import (
     StopReason,
     build_prompt,
     extract_proposal,
+    runner_for_tests,
     sha256_hex,
-    tests_runner,
 )
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
@@ -126,7 +126,7 @@ class RepairLoop:
         if goal.kind is GoalKind.TESTS:
             assert goal.tests_code is not None and goal.tests_name is not None
             return RunRequest(
-                code=tests_runner(goal, nonce),
+                code=runner_for_tests(goal, nonce),
                 code_name=TESTS_RUNNER_NAME,
                 inputs=(
                     InputFile(f"{goal.module_name}.py", code),
