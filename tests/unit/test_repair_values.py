@@ -167,6 +167,8 @@ def test_goal_checks() -> None:
     assert not tests.check(ok, 0, b"", False, "abc").met  # e.g. sys.exit(0) at import
     assert not tests.check(ok, 0, b"pybox-tests abc ran=0 failures=0 errors=0\n", False, "abc").met
     assert not tests.check(ok, 0, b"pybox-tests abc ran=2 failures=1 errors=0\n", False, "abc").met
+    failing = tests.check(failed, 1, b"pybox-tests abc ran=2 failures=1 errors=0\n", False, "abc")
+    assert failing.detail == "2 tests ran: 1 failed, 0 errors; the run ended failed, exit 1"
 
 
 def test_the_tests_runner_carries_its_nonce() -> None:

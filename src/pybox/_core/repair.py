@@ -156,6 +156,7 @@ class GoalKind(StrEnum):
 class GoalCheck:
     met: bool
     detail: str
+    ran: bool = True  # for tests: whether the tests' summary was found
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,11 @@ class RepairGoal:
         is untrusted: a program written to cheat could fake it (see docs/repair.md)."""
         if status is not Status.SUCCEEDED:
             exit_text = "" if exit_code is None else f", exit {exit_code}"
-            return GoalCheck(False, f"the run ended {status.value}{exit_text}")
+            ended = GoalCheck(False, f"the run ended {status.value}{exit_text}")
+            if self.kind is GoalKind.TESTS:
+                tests = _check_tests_summary(stdout, nonce)
+                return GoalCheck(False, f"{tests.detail}; {ended.detail}") if tests.ran else ended
+            return ended
         if self.kind is GoalKind.EXIT0:
             return GoalCheck(True, "exit status 0")
         if self.kind is GoalKind.EXPECT_STDOUT:
@@ -281,10 +286,12 @@ def _check_tests_summary(stdout: bytes, nonce: str) -> GoalCheck:
             if ran == 0:
                 return GoalCheck(False, "no test ran")
             if failures or errors:
-                return GoalCheck(False, f"{failures} failures and {errors} errors in {ran} tests")
+                return GoalCheck(False, f"{ran} tests ran: {failures} failed, {errors} errors")
             return GoalCheck(True, f"all {ran} tests passed")
     return GoalCheck(
-        False, "the test run ended without its summary (the tests did not run to the end)"
+        False,
+        "the test run ended without its summary (the tests did not run to the end)",
+        ran=False,
     )
 
 
