@@ -13,6 +13,14 @@ import time
 from pathlib import Path
 
 
+def scripted(folder: Path, replies: list[str]) -> list[str]:
+    """Script `replies` into a new `folder`; the argv of a model command answering them."""
+    folder.mkdir()
+    for number, reply in enumerate(replies, 1):
+        (folder / f"reply-{number}.txt").write_text(reply)
+    return [sys.executable, str(Path(__file__).resolve()), str(folder)]
+
+
 def main() -> int:
     folder = Path(sys.argv[1])
     counter = folder / "calls"

@@ -8,17 +8,15 @@ from __future__ import annotations
 import json
 import shlex
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 
 import pybox
 from pybox import RepairGoal, RepairModel, StopReason
+from tests.fake_model import scripted
 from tests.integration.conftest import run_cli
 from tests.integration.test_box import _bridge_gateway
-
-FAKE_MODEL = Path(__file__).resolve().parents[1] / "fake_model.py"
 
 ESCAPE = """\
 import json, os, socket
@@ -48,13 +46,6 @@ raise SystemExit(3)
 """
 
 
-def script_model(folder: Path, replies: list[str]) -> list[str]:
-    folder.mkdir()
-    for number, reply in enumerate(replies, 1):
-        (folder / f"reply-{number}.txt").write_text(reply)
-    return [sys.executable, str(FAKE_MODEL), str(folder)]
-
-
 def block(code: str) -> str:
     return f"Here is the program:\n```python\n{code}```\n"
 
@@ -79,7 +70,7 @@ def test_three_rounds_with_an_escape_attempt_contained(
         host=host,
         port=listener.getsockname()[1],
     )
-    command = script_model(
+    command = scripted(
         tmp_path / "model",
         [block(escape), "The bug is the missing parenthesis on line 1.", block("print('hello')\n")],
     )
@@ -158,7 +149,7 @@ def test_tests_goal_through_the_python_api(
 ) -> None:
     monkeypatch.setenv("PYBOX_STATE_DIR", str(state_dir))
     monkeypatch.delenv("PYBOX_CONFIG", raising=False)
-    command = script_model(
+    command = scripted(
         tmp_path / "model",
         [
             # Exits 0 as soon as the tests import it: must not count as passing.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,11 @@ from referencing import Registry, Resource
 
 from pybox._frontends.cli import _repair, main
 from pybox._orchestration.session import Session
+from tests.fake_model import scripted
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.test_repair_loop import (
     BAD,
     BROKEN,
-    FAKE_MODEL,
     FIXED,
     FIXED_CODE,
     fixed_when_marked,
@@ -57,10 +56,7 @@ def program(tmp_path: Path) -> Path:
 
 def model_cmd(tmp_path: Path, replies: list[str]) -> tuple[str, Path]:
     folder = tmp_path / "model"
-    folder.mkdir()
-    for number, reply in enumerate(replies, 1):
-        (folder / f"reply-{number}.txt").write_text(reply)
-    return shlex.join([sys.executable, str(FAKE_MODEL), str(folder)]), folder
+    return shlex.join(scripted(folder, replies)), folder
 
 
 def repair(program: Path, command: str, *extra: str) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,10 +27,10 @@ from pybox._core.repair import (
 )
 from pybox._orchestration.repair import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
+from tests.fake_model import scripted
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
 
-FAKE_MODEL = Path(__file__).resolve().parents[1] / "fake_model.py"
 BROKEN = b"print('hello'\n"
 BAD = "```python\nprint('still broken'\n```"
 FIXED = "```python\nprint('hello')  # FIXED\n```"
@@ -42,10 +41,7 @@ TRACEBACK = b"  File \"main.py\", line 1\nSyntaxError: '(' was never closed\n"
 def scripted_model(tmp_path: Path, replies: list[str]) -> tuple[RepairModel, Path]:
     """A model command that answers `replies` in order and keeps every prompt it got."""
     folder = tmp_path / "model"
-    folder.mkdir()
-    for number, reply in enumerate(replies, 1):
-        (folder / f"reply-{number}.txt").write_text(reply)
-    return RepairModel.command([sys.executable, str(FAKE_MODEL), str(folder)]), folder
+    return RepairModel.command(scripted(folder, replies)), folder
 
 
 def calls_made(folder: Path) -> int:

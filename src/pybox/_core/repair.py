@@ -698,6 +698,12 @@ class RepairRun:
             "receipt": self.receipt.to_dict(),
         }
 
+    def describe(self) -> str:
+        receipt = self.receipt
+        exit_text = "" if receipt.exit_code is None else f", exit {receipt.exit_code}"
+        verdict = "goal met" if self.goal_met else f"goal not met: {self.goal_detail}"
+        return f"{receipt.status.value}{exit_text} (run {receipt.run_id}); {verdict}"
+
 
 @dataclass(frozen=True)
 class RepairRound:
@@ -808,13 +814,6 @@ class RepairReport:
         return summarize(self)
 
 
-def _run_text(run: RepairRun) -> str:
-    receipt = run.receipt
-    exit_text = "" if receipt.exit_code is None else f", exit {receipt.exit_code}"
-    verdict = "goal met" if run.goal_met else f"goal not met: {run.goal_detail}"
-    return f"{receipt.status.value}{exit_text} (run {receipt.run_id}); {verdict}"
-
-
 def summarize(report: RepairReport) -> list[str]:
     rounds = len(report.rounds)
     lines = [
@@ -826,7 +825,7 @@ def summarize(report: RepairReport) -> list[str]:
         f"  model:    {report.model.describe()}",
     ]
     if report.baseline is not None:
-        lines.append(f"  original: {report.original_name}: {_run_text(report.baseline)}")
+        lines.append(f"  original: {report.original_name}: {report.baseline.describe()}")
     for item in report.rounds:
         head = f"  round {item.number}: prompt {format_bytes(item.prompt_bytes)}"
         if item.invalid_reason is not None:
@@ -834,7 +833,7 @@ def summarize(report: RepairReport) -> list[str]:
         elif item.proposal_sha256 is None:
             lines.append(f"{head}; no proposal")
         else:
-            run = "not run" if item.run is None else _run_text(item.run)
+            run = "not run" if item.run is None else item.run.describe()
             lines.append(
                 f"{head}; proposal {item.proposal_sha256[:12]} "
                 f"({format_bytes(item.proposal_bytes)}): {run}"

@@ -25,8 +25,8 @@ GoalLike = RepairGoal | str
 ModelLike = RepairModel | str | Sequence[str]
 
 
-class RunOptions(TypedDict, total=False):
-    """The keyword arguments of `Client.run` and `run_container`."""
+class LimitOptions(TypedDict, total=False):
+    """The per-run box limits a caller may lower (None: the operator's default)."""
 
     timeout_s: float | None
     memory_bytes: int | None
@@ -35,6 +35,11 @@ class RunOptions(TypedDict, total=False):
     open_files: int | None
     writable_bytes: int | None
     output_bytes: int | None
+
+
+class RunOptions(LimitOptions, total=False):
+    """The keyword arguments of `Client.run` and `run_container`."""
+
     inputs: Iterable[InputLike]
     collect_outputs: bool
     output_dir: str | os.PathLike[str] | None
@@ -43,19 +48,12 @@ class RunOptions(TypedDict, total=False):
     cancel: threading.Event | None
 
 
-class RepairOptions(TypedDict, total=False):
+class RepairOptions(LimitOptions, total=False):
     """The optional keyword arguments of `Client.repair` and `repair`."""
 
     budget: RepairBudget | None
     code_name: str
     image: str
-    timeout_s: float | None
-    memory_bytes: int | None
-    cpus: float | None
-    pids: int | None
-    open_files: int | None
-    writable_bytes: int | None
-    output_bytes: int | None
     cancel: threading.Event | None
 
 
@@ -210,18 +208,13 @@ class Client:
         budget: RepairBudget | None = None,
         code_name: str = "main.py",
         image: str = "stdlib",
-        timeout_s: float | None = None,
-        memory_bytes: int | None = None,
-        cpus: float | None = None,
-        pids: int | None = None,
-        open_files: int | None = None,
-        writable_bytes: int | None = None,
-        output_bytes: int | None = None,
         cancel: threading.Event | None = None,
+        **run_limits: Unpack[LimitOptions],
     ) -> RepairReport:
         """Let `model` propose fixed versions of `code` until one meets `goal`.
 
-        Every proposal runs in a fresh sealed box with the given per-run limits;
+        Every proposal runs in a fresh sealed box with the per-run limits given as
+        keywords (`timeout_s`, `memory_bytes`, ... as for `run`);
         `budget` may only lower the operator's repair bounds (asking for more
         raises `LimitExceeded` before anything runs). `goal` is a `RepairGoal` or
         "exit0"; `model` a `RepairModel`, or a command line for a local command.
@@ -230,21 +223,19 @@ class Client:
         """
         if isinstance(code, str):
             code = code.encode("utf-8")
+        unknown = sorted(set(run_limits) - set(LimitOptions.__annotations__))
+        if unknown:
+            raise InvalidRequest(
+                f"Unknown option(s) {', '.join(unknown)}. Per-run limits are: "
+                f"{', '.join(LimitOptions.__annotations__)}."
+            )
         job = RepairJob(
             code=code,
             goal=_goal(goal),
             model=model if isinstance(model, RepairModel) else RepairModel.command(model),
             code_name=code_name,
             budget=budget or RepairBudget(),
-            run_limits=LimitRequest(
-                timeout_s=timeout_s,
-                memory_bytes=memory_bytes,
-                cpus=cpus,
-                pids=pids,
-                open_files=open_files,
-                writable_bytes=writable_bytes,
-                output_bytes=output_bytes,
-            ),
+            run_limits=LimitRequest(**run_limits),
             image=image,
         )
         return RepairLoop(self._session, job, self._environ).run(cancel)

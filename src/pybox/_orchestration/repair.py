@@ -185,7 +185,7 @@ class RepairLoop:
             try:
                 say(f"running the original {self.job.code_name} in a fresh box")
                 baseline, evidence = self._run(self.job.code, cancel)
-                say(f"original: {_verdict(baseline)}")
+                say(f"original: {baseline.describe()}")
                 if baseline.goal_met:
                     raise _Stop(StopReason.GOAL_MET, "the original program already meets the goal")
                 fixed = self._rounds(evidence, cancel, say)
@@ -310,7 +310,7 @@ class RepairLoop:
                 self._record(base, proposal.sha256, len(proposal.code), stopped.run, round_started)
                 raise
             self._record(base, proposal.sha256, len(proposal.code), run, round_started)
-            say(f"round {number}: {_verdict(run)}")
+            say(f"round {number}: {run.describe()}")
             if run.goal_met:
                 return proposal.code, number
             code = proposal.code
@@ -432,13 +432,6 @@ class _StopWithRun(Exception):
     def __init__(self, run: RepairRun) -> None:
         super().__init__("cancelled")
         self.run = run
-
-
-def _verdict(run: RepairRun) -> str:
-    receipt = run.receipt
-    exit_text = "" if receipt.exit_code is None else f", exit {receipt.exit_code}"
-    met = "goal met" if run.goal_met else f"goal not met ({run.goal_detail})"
-    return f"{receipt.status.value}{exit_text}; {met}"
 
 
 def repair(

@@ -7,10 +7,12 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from pybox._core.errors import InvalidRequest, PyboxError
+from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
+from pybox._core.limits import LimitField, parse_user_value
 from pybox._core.receipt import Receipt, Status
 from pybox._orchestration.session import Session
 
@@ -21,6 +23,8 @@ EXIT_STOPPED = 130
 
 # What `add_subparsers()` returns; argparse does not name the type publicly.
 Commands = Any
+# CLI flag -> (configuration key, help text), for flags that set a bounded value.
+FlagTable = Mapping[str, tuple[str, str]]
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -72,3 +76,29 @@ def json_error(version_key: str, version: int, exc: PyboxError) -> str:
     return json.dumps(
         {version_key: version, "error": {"kind": error_kind(exc), "message": str(exc)}}
     )
+
+
+def add_bounded_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    flags: FlagTable,
+    fields: Mapping[str, LimitField],
+) -> None:
+    for flag, (key, help_text) in flags.items():
+        metavar = fields[key].unit.upper().replace(" ", "_")
+        parser.add_argument(flag, metavar=metavar, help=help_text)
+
+
+def bounded_flag_values(
+    args: argparse.Namespace, flags: FlagTable, fields: Mapping[str, LimitField]
+) -> dict[str, float | int]:
+    """The values given for `flags`, in base units, keyed by attribute."""
+    values: dict[str, float | int] = {}
+    for flag, (key, _) in flags.items():
+        raw = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if raw is None:
+            continue
+        try:
+            values[fields[key].attr] = parse_user_value(key, raw, flag, fields)
+        except ConfigError as exc:
+            raise InvalidRequest(str(exc)) from None
+    return values

@@ -13,8 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from pybox._core.errors import ConfigError, InvalidRequest, PyboxError, StateError
-from pybox._core.limits import parse_user_value
+from pybox._core.errors import InvalidRequest, PyboxError, StateError
 from pybox._core.repair import (
     REPAIR_FIELDS_BY_KEY,
     REPAIR_VERSION,
@@ -29,6 +28,9 @@ from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_STOPPED,
     Commands,
+    FlagTable,
+    add_bounded_flags,
+    bounded_flag_values,
     json_error,
     open_session,
     progress,
@@ -47,8 +49,7 @@ from pybox._orchestration.repair import (
 
 EXIT_GOAL_NOT_MET = 1
 
-# CLI flag -> repair bound (configuration key); one table for all bound flags.
-BOUND_FLAGS: dict[str, tuple[str, str]] = {
+BOUND_FLAGS: FlagTable = {
     "--max-rounds": ("rounds", "most rounds (model replies)"),
     "--max-seconds": ("total_s", "most wall-clock seconds for the whole repair"),
     "--max-model-calls": ("model_calls", "most model calls, retries after rate limits included"),
@@ -68,17 +69,7 @@ EXIT_BY_STOP = {
 
 
 def _budget(args: argparse.Namespace) -> RepairBudget:
-    values: dict[str, float | int] = {}
-    for flag, (key, _) in BOUND_FLAGS.items():
-        raw = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if raw is None:
-            continue
-        try:
-            value = parse_user_value(key, raw, flag, REPAIR_FIELDS_BY_KEY)
-        except ConfigError as exc:
-            raise InvalidRequest(str(exc)) from None
-        values[REPAIR_FIELDS_BY_KEY[key].attr] = value
-    return RepairBudget(**values)  # type: ignore[arg-type]
+    return RepairBudget(**bounded_flag_values(args, BOUND_FLAGS, REPAIR_FIELDS_BY_KEY))  # type: ignore[arg-type]
 
 
 def _goal(args: argparse.Namespace, program: Path) -> RepairGoal:
@@ -231,8 +222,7 @@ def register(commands: Commands) -> None:
         help="environment variable with the API key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)",
     )
     bounds = repair.add_argument_group("bounds (at most the operator's ceilings)")
-    for flag, (key, help_text) in BOUND_FLAGS.items():
-        bounds.add_argument(flag, metavar=REPAIR_FIELDS_BY_KEY[key].unit.upper(), help=help_text)
+    add_bounded_flags(bounds, BOUND_FLAGS, REPAIR_FIELDS_BY_KEY)
     add_limit_flags(repair)
     repair.add_argument("--image", default="stdlib", help="a recorded image (default: stdlib)")
     repair.add_argument(
