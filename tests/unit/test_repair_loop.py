@@ -330,3 +330,33 @@ def test_a_tests_goal_runs_the_tests_against_the_proposal(
     assert [i.name for i in inputs] == ["calc.py", "test_calc.py"]
     assert inputs[0].sha256 == report.rounds[0].proposal_sha256
     assert report.rounds[0].run.receipt.configured.code.name == "pybox_run_tests.py"
+
+
+def test_ctrl_c_while_the_model_thinks_keeps_the_report(session: Session) -> None:
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    provider = StubProvider([FIXED], on_ask=interrupt)
+    report = repair(session, job(RepairModel.openai("m")), provider=provider)
+    assert report.stop_reason is StopReason.CANCELLED
+    assert report.model_calls == 1 and report.rounds[0].reply_sha256 is None
+    assert report.baseline is not None
+
+
+def test_ctrl_c_during_a_run_keeps_its_receipt(
+    session: Session, engine: FakeEngine, tmp_path: Path
+) -> None:
+    model, _ = scripted_model(tmp_path, [BAD, FIXED])
+    interrupted: list[bool] = []
+
+    def interrupt_the_second_box() -> None:
+        if len(engine.names("create")) == 2 and not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+
+    engine.on_read = interrupt_the_second_box
+    report = repair(session, job(model))
+    assert report.stop_reason is StopReason.CANCELLED
+    (only,) = report.rounds
+    assert only.run is not None and only.run.receipt.status.value == "stopped"
+    assert not engine.containers

@@ -399,6 +399,8 @@ class RepairLoop:
                 reply = self.provider.ask(
                     prompt, timeout_s=time_left, max_reply_bytes=reply_left, cancel=cancel
                 )
+            except KeyboardInterrupt:
+                raise stop(StopReason.CANCELLED, "the repair was interrupted") from None
             except ModelRateLimited as exc:
                 wait = DEFAULT_RATE_LIMIT_WAIT_S if exc.retry_after_s is None else exc.retry_after_s
                 if wait > self._left_s() - self.run_limits.timeout_s:
