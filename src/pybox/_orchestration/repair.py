@@ -60,7 +60,7 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class RepairJob:
-    """What to repair and how: the caller's whole request, checked by `prepare`."""
+    """What to repair and how: the caller's whole request, checked by `RepairLoop`."""
 
     code: bytes
     goal: RepairGoal
@@ -101,7 +101,8 @@ class RepairLoop:
         if self.run_limits.timeout_s > self.limits.total_s:
             raise InvalidRequest(
                 f"Each run may take {self.run_limits.timeout_s:g} s but the whole repair only "
-                f"{self.limits.total_s:g} s. Lower the run timeout or raise the total time."
+                f"{self.limits.total_s:g} s. Lower the run timeout (--timeout, timeout_s) or raise "
+                "the total time (--max-seconds, total_s)."
             )
         first = build_prompt(
             job.goal, job.code, job.code_name, None, None, 1, self.limits.rounds, 1 << 62
@@ -436,19 +437,6 @@ class _StopWithRun(Exception):
         self.run = run
 
 
-def repair(
-    session: Session,
-    job: RepairJob,
-    environ: Mapping[str, str] | None = None,
-    *,
-    cancel: threading.Event | None = None,
-    progress: Progress | None = None,
-) -> RepairReport:
-    """Check `job` (nothing runs if it is refused), then run the loop."""
-    loop = RepairLoop(session, job, os.environ if environ is None else environ)
-    return loop.run(cancel, progress)
-
-
 # -- where a fixed program goes --------------------------------------------------------
 
 
@@ -484,6 +472,7 @@ def replace_atomically(path: Path, data: bytes, expected_sha256: str) -> None:
     flushed to disk, then renamed over the original: readers see the old or the
     new program, never half of one.
     """
+    path = path.resolve()  # through a symlink to the file itself, keeping the link
     try:
         current = path.read_bytes()
         mode = path.stat().st_mode & 0o7777
