@@ -40,6 +40,6 @@ def test_repair_refuses_unknown_options(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.delenv("PYBOX_CONFIG", raising=False)
     with pytest.raises(pybox.InvalidRequest, match="Unknown option"):
-        Client().repair("print(1)", goal="exit0", model="llm", network="host")  # type: ignore[call-arg]
+        Client(warm_pool=False).repair("print(1)", goal="exit0", model="llm", network="host")  # type: ignore[call-arg]
     with pytest.raises(pybox.InvalidRequest, match="goal must be a RepairGoal"):
-        Client().repair("print(1)", goal="pass", model="llm")
+        Client(warm_pool=False).repair("print(1)", goal="pass", model="llm")

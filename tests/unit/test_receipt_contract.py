@@ -98,6 +98,8 @@ PINNED = {
         "cpu_periods",
         "cpu_throttled_periods",
         "cpu_throttled_s",
+        "counters_since",
+        "peaks_include_idle_wait",
     ],
     "observed_by_pybox": [
         "started_at",
@@ -111,6 +113,9 @@ PINNED = {
         "deadline_kill",
         "cancelled",
         "leftovers_swept",
+        "box_source",
+        "box_created_at",
+        "box_waited_s",
     ],
     "reported_by_program": [
         "exit_code",

@@ -19,9 +19,15 @@ from typing import Any
 from pybox._adapters.state import default_state_dir
 from pybox._core.errors import ConfigError
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
+from pybox._core.pool import PoolSettings
 from pybox._core.repair import REPAIR_FIELDS_BY_KEY, RepairPolicy
 
-CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "repair")
+CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "pool", "repair")
+POOL_ENV = {
+    "PYBOX_POOL_BOXES": "boxes_per_profile",
+    "PYBOX_POOL_IDLE_S": "idle_s",
+    "PYBOX_POOL_MEMORY_MIB": "memory_budget_mib",
+}
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class Settings:
     state_dir: Path
     config_file: Path | None
     sources: tuple[str, ...]
+    pool: PoolSettings = field(default_factory=PoolSettings)
     repair_policy: RepairPolicy = field(default_factory=RepairPolicy)
 
 
@@ -57,7 +64,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def _section(data: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
     section = data.get(name, {})
     if not isinstance(section, dict):
-        raise ConfigError(f"{path}: [{name}] must be a table of limits, not {section!r}.")
+        raise ConfigError(f"{path}: [{name}] must be a table of settings, not {section!r}.")
     return section
 
 
@@ -80,6 +87,7 @@ def _env_layer(
 def load_settings(environ: Mapping[str, str], config_path: str | None = None) -> Settings:
     policy = Policy()
     repair_policy = RepairPolicy()
+    pool = PoolSettings()
     sources = ["built-in"]
     state_dir = default_state_dir(environ)
     path, explicit = config_file_path(environ, config_path)
@@ -115,6 +123,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
             if not isinstance(data["state_dir"], str):
                 raise ConfigError(f"{path}: state_dir must be a path string.")
             state_dir = Path(data["state_dir"]).expanduser()
+        pool = pool.with_settings(_section(data, "pool", path), str(path))
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
@@ -123,4 +132,9 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         policy = policy.with_settings(env_defaults, env_ceilings, "environment")
         repair_policy = repair_policy.with_settings(repair_defaults, repair_ceilings, "environment")
         sources.append("environment")
-    return Settings(policy, state_dir, used_file, tuple(sources), repair_policy)
+    env_pool = {key: environ[name] for name, key in POOL_ENV.items() if name in environ}
+    if env_pool:
+        pool = pool.with_settings(env_pool, "environment")
+        if "environment" not in sources:
+            sources.append("environment")
+    return Settings(policy, state_dir, used_file, tuple(sources), pool, repair_policy)

@@ -131,6 +131,42 @@ class KernelObserved:
     cpu_periods: int | None
     cpu_throttled_periods: int | None
     cpu_throttled_s: float | None
+    # Where the counted totals (CPU, throttling, hits, OOM kills) start:
+    # `box_start`, or `code_arrival` for a warm-pool box whose idle wait was
+    # subtracted. Peaks cannot be rebased, so they may include the idle wait.
+    counters_since: str = "box_start"
+    peaks_include_idle_wait: bool = False
+
+
+CUMULATIVE_KERNEL_COUNTERS = (
+    "memory_limit_hits",
+    "oom_kill_count",
+    "pids_limit_hits",
+    "cpu_usage_s",
+    "cpu_periods",
+    "cpu_throttled_periods",
+    "cpu_throttled_s",
+)
+
+
+def rebase_kernel(final: KernelObserved, baseline: KernelObserved) -> KernelObserved:
+    """Totals counted from `baseline` (taken when the code arrived in a warm box).
+
+    A counter missing from either side stays unknown (null) rather than guessed.
+    """
+    changes: dict[str, Any] = {
+        "counters_since": "code_arrival",
+        "peaks_include_idle_wait": True,
+    }
+    for name in CUMULATIVE_KERNEL_COUNTERS:
+        end, start = getattr(final, name), getattr(baseline, name)
+        if end is None or start is None:
+            changes[name] = None
+        elif isinstance(end, float) or isinstance(start, float):
+            changes[name] = round(max(end - start, 0.0), 6)
+        else:
+            changes[name] = max(end - start, 0)
+    return dataclasses.replace(final, **changes)
 
 
 @dataclass(frozen=True)
@@ -146,6 +182,11 @@ class PyboxObserved:
     deadline_kill: bool
     cancelled: bool
     leftovers_swept: int
+    # `fresh`: created, verified and started for this run; `warm_pool`: a
+    # single-use box started and verified earlier, waiting for code.
+    box_source: str = "fresh"
+    box_created_at: str | None = None
+    box_waited_s: float | None = None
 
 
 @dataclass(frozen=True)

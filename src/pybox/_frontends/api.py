@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,13 +121,39 @@ def _result(
 
 
 class Client:
-    """A long-lived handle on the engine; reuse it to run many boxes."""
+    """A long-lived handle on the engine; reuse it to run many boxes.
+
+    With `warm_pool` (the default) the client keeps a few single-use boxes
+    started and verified ahead of time for the kinds of run it has seen (the
+    operator's `[pool]` settings), so later runs skip the box's start-up. Every
+    run still gets a box nobody else used. `close()` (or leaving a `with`
+    block, or the interpreter exiting) removes the waiting boxes.
+    """
 
     def __init__(
-        self, *, environ: Mapping[str, str] | None = None, config_path: str | None = None
+        self,
+        *,
+        environ: Mapping[str, str] | None = None,
+        config_path: str | None = None,
+        warm_pool: bool = True,
     ) -> None:
         self._environ = os.environ if environ is None else environ
-        self._session = Session.open(self._environ, config_path)
+        self._session = Session.open(self._environ, config_path, warm_pool=warm_pool)
+        self._finalizer = weakref.finalize(self, self._session.close)
+
+    def close(self) -> None:
+        """Remove the waiting boxes of the warm pool (confirmed against the engine)."""
+        self._finalizer()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def warm_up(self, *, wait_s: float = 60.0, image: str = "stdlib") -> bool:
+        """Start the default run's warm boxes now and wait until they are ready."""
+        return self._session.warm_up(RunRequest(code=b"", image=image), wait_s=wait_s)
 
     def run(
         self,
@@ -255,10 +282,15 @@ def _goal(goal: GoalLike) -> RepairGoal:
 def repair(
     code: str | bytes, *, goal: GoalLike, model: ModelLike, **options: Unpack[RepairOptions]
 ) -> RepairReport:
-    """Repair `code` once with a new `Client`. See `Client.repair` for the options."""
-    return Client().repair(code, goal=goal, model=model, **options)
+    """Repair `code` with a one-shot `Client` (no warm pool). See `Client.repair`."""
+    with Client(warm_pool=False) as client:
+        return client.repair(code, goal=goal, model=model, **options)
 
 
 def run_container(code: str | bytes, **options: Unpack[RunOptions]) -> RunResult:
-    """Run `code` once in a fresh sealed box. See `Client.run` for the options."""
-    return Client().run(code, **options)
+    """Run `code` once in a fresh sealed box. See `Client.run` for the options.
+
+    A one-shot call: no warm pool. Reuse a `Client` to get one.
+    """
+    with Client(warm_pool=False) as client:
+        return client.run(code, **options)

@@ -58,6 +58,7 @@ from pybox._core.receipt import (
     Receipt,
     SkippedFile,
     Unknown,
+    rebase_kernel,
 )
 from pybox._core.request import RunRequest
 from pybox._core.status import Evidence, classify
@@ -97,7 +98,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _iso_now() -> str:
+def iso_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -114,6 +115,78 @@ class BoxContext:
     runtime: str = "runc"
 
 
+def box_spec(
+    context: BoxContext,
+    image: ImageRecord,
+    limits: Limits,
+    code_name: str,
+    *,
+    run_id: str,
+    expires_at: int,
+) -> BoxSpec:
+    return BoxSpec(
+        run_id=run_id,
+        image_id=image.image_id,
+        python_path=image.python_path,
+        bootstrap_source=context.bootstrap_source,
+        limits=limits,
+        owner=context.owner,
+        expires_at=expires_at,
+        pybox_version=context.pybox_version,
+        code_name=code_name,
+        runtime=context.runtime,
+        image_env=image.env,
+    )
+
+
+def create_box(engine: Engine, spec: BoxSpec, image: ImageRecord) -> str:
+    """Create the box; a recorded image the engine no longer has is an image error."""
+    try:
+        return engine.create_container(spec.name, create_body(spec))
+    except EngineAPIError as exc:
+        if exc.status == 404 and "image" in exc.engine_message.lower():
+            raise ImageError(
+                f"The recorded image {image.name} ({image.image_id}) is no longer in "
+                f"the engine. Rebuild it with `pybox image build {image.name}`."
+            ) from exc
+        raise
+
+
+def read_back_posture(engine: Engine, spec: BoxSpec, container_id: str) -> PostureReport:
+    inspected = engine.inspect_container(container_id)
+    if inspected is None:
+        raise SandboxError("The box vanished between create and inspect.")
+    return verify(spec, inspected)
+
+
+def refuse_if_weakened(posture: PostureReport) -> None:
+    if not posture.ok:
+        fields = tuple(m.field for m in posture.mismatches)
+        details = "; ".join(m.describe() for m in posture.mismatches[:5])
+        raise PostureMismatch(
+            f"The box was refused before start: {len(fields)} setting(s) differ from what "
+            f"pybox asked for: {details}",
+            fields=fields,
+        )
+
+
+@dataclass
+class WarmBox:
+    """A single-use box, created, verified and started ahead of its run.
+
+    Its bootstrap waits for code on stdin; the run that takes it owns it from
+    then on and removes it like any other box.
+    """
+
+    spec: BoxSpec
+    container_id: str
+    posture: PostureReport
+    stream: AttachStream
+    sampler: CgroupSampler | None
+    created_at: str
+    ready_at: float  # monotonic: verified and started
+
+
 class BoxRun:
     """The mutable state of one run. Use `execute()` once."""
 
@@ -126,6 +199,7 @@ class BoxRun:
         files_dir: Path | None,
         cancel: threading.Event | None,
         leftovers_swept: int,
+        warm: WarmBox | None = None,
     ) -> None:
         self.context = context
         self.engine = context.engine
@@ -134,27 +208,25 @@ class BoxRun:
         self.image = image
         self.files_dir = files_dir
         self.cancel = cancel
-        self.run_id = new_run_id()
-        now = time.time()
-        self.spec = BoxSpec(
-            run_id=self.run_id,
-            image_id=image.image_id,
-            python_path=image.python_path,
-            bootstrap_source=context.bootstrap_source,
-            limits=limits,
-            owner=context.owner,
-            expires_at=int(now + limits.timeout_s + EXPIRY_MARGIN_S),
-            pybox_version=context.pybox_version,
-            code_name=request.code_name,
-            runtime=context.runtime,
-            image_env=image.env,
-        )
-        self.started_at = _iso_now()
+        self.warm = warm
+        if warm is not None:
+            self.spec = warm.spec
+        else:
+            self.spec = box_spec(
+                context,
+                image,
+                limits,
+                request.code_name,
+                run_id=new_run_id(),
+                expires_at=int(time.time() + limits.timeout_s + EXPIRY_MARGIN_S),
+            )
+        self.run_id = self.spec.run_id
+        self.started_at = iso_now()
         self.t0 = time.monotonic()
         self.marks: dict[str, float] = {}
-        self.container_id: str | None = None
-        self.create_sent = False
-        self.posture: PostureReport | None = None
+        self.container_id: str | None = None if warm is None else warm.container_id
+        self.create_sent = warm is not None
+        self.posture: PostureReport | None = None if warm is None else warm.posture
         self.sandbox_error: str | None = None
         self.deadline_kill = False
         self._killer: threading.Thread | None = None
@@ -168,8 +240,9 @@ class BoxRun:
         self.stdout = HeadTailCapture(limits.output_bytes)
         self.stderr = HeadTailCapture(limits.output_bytes)
         self.diagnostics = bytearray()
-        self.sampler: CgroupSampler | None = None
+        self.sampler: CgroupSampler | None = None if warm is None else warm.sampler
         self.kernel: KernelObserved = empty_observation(SAMPLE_INTERVAL_S)
+        self.kernel_baseline: KernelObserved | None = None
         self.unknown: list[Unknown] = []
         self.files = (
             FilesReceiver(files_dir, limits.output_files, limits.output_files_bytes)
@@ -202,7 +275,8 @@ class BoxRun:
         interrupted = False
         try:
             try:
-                self._create_and_verify()
+                if self.warm is None:
+                    self._create_and_verify()
                 self._run_box()
             except KeyboardInterrupt:
                 interrupted = self.cancelled = True
@@ -224,40 +298,28 @@ class BoxRun:
 
     def _create_and_verify(self) -> None:
         self.create_sent = True
-        try:
-            self.container_id = self.engine.create_container(self.spec.name, create_body(self.spec))
-        except EngineAPIError as exc:
-            if exc.status == 404 and "image" in exc.engine_message.lower():
-                raise ImageError(
-                    f"The recorded image {self.image.name} ({self.image.image_id}) is no longer in "
-                    "the engine. Rebuild it with `pybox image build "
-                    f"{self.image.name}`."
-                ) from exc
-            raise
+        self.container_id = create_box(self.engine, self.spec, self.image)
         self._mark("created")
-        inspected = self.engine.inspect_container(self.container_id)
-        if inspected is None:
-            raise SandboxError("The box vanished between create and inspect.")
-        self.posture = verify(self.spec, inspected)
+        self.posture = read_back_posture(self.engine, self.spec, self.container_id)
         self._mark("verified")
-        if not self.posture.ok:
-            fields = tuple(m.field for m in self.posture.mismatches)
-            details = "; ".join(m.describe() for m in self.posture.mismatches[:5])
-            raise PostureMismatch(
-                f"The box was refused before start: {len(fields)} setting(s) differ from what "
-                f"pybox asked for: {details}",
-                fields=fields,
-            )
+        refuse_if_weakened(self.posture)
 
     def _run_box(self) -> None:
         assert self.container_id is not None
-        stream = self.engine.attach(self.container_id)
+        if self.warm is not None:
+            stream = self.warm.stream
+        else:
+            stream = self.engine.attach(self.container_id)
         try:
-            self.engine.start_container(self.container_id)
-            self._mark("started")
-            self.sampler = self.context.sampler_factory(self.container_id)
-            if self.sampler is not None:
-                self.sampler.sample()
+            if self.warm is None:
+                self.engine.start_container(self.container_id)
+                self._mark("started")
+                self.sampler = self.context.sampler_factory(self.container_id)
+                if self.sampler is not None:
+                    self.sampler.sample()
+            elif self.sampler is not None and self.sampler.sample():
+                # Counted totals start when the code arrives, not when the box did.
+                self.kernel_baseline, _ = self.sampler.observation()
             self._send_payload(stream)
             self._watch(stream)
         finally:
@@ -412,9 +474,11 @@ class BoxRun:
         """Fold in the kernel samples and close any half-received file."""
         if self.sampler is not None:
             self.kernel, unknown = self.sampler.observation()
+            if self.kernel_baseline is not None:
+                self.kernel = rebase_kernel(self.kernel, self.kernel_baseline)
             self.unknown.extend(unknown)
             self.sampler.close()
-        elif "started" in self.marks:
+        elif "started" in self.marks or self.warm is not None:
             self.unknown.append(
                 Unknown(
                     "kernel counters",
@@ -440,7 +504,7 @@ class BoxRun:
             try:
                 if self.exit_info is not None:
                     engine.wait_container(container_id, timeout_s=5.0)
-                if "started" in self.marks:
+                if "started" in self.marks or self.warm is not None:
                     self.final_inspect = engine.inspect_container(container_id)
             except EngineError as exc:
                 self.unknown.append(Unknown("the engine's final view of the box", str(exc)))
@@ -456,7 +520,7 @@ class BoxRun:
     def _engine_observed(self) -> EngineObserved:
         state: dict[str, Any] = (self.final_inspect or {}).get("State") or {}
         posture = self.posture
-        started = "started" in self.marks
+        started = "started" in self.marks or self.warm is not None
         return EngineObserved(
             container_id=self.container_id,
             container_name=self.spec.name if self.create_sent else None,
@@ -539,6 +603,9 @@ class BoxRun:
                 deadline_kill=self.deadline_kill,
                 cancelled=self.cancelled,
                 leftovers_swept=self.leftovers_swept,
+                box_source="fresh" if self.warm is None else "warm_pool",
+                box_created_at=self.started_at if self.warm is None else self.warm.created_at,
+                box_waited_s=None if self.warm is None else round(self.t0 - self.warm.ready_at, 4),
             ),
             reported_by_program=ProgramReported(
                 exit_code=_int_or_none(exit_info.get("exit_code")),

@@ -20,6 +20,7 @@ from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError, LimitExceeded
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
+from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
 from pybox._core.request import RunRequest, check_request
@@ -33,6 +34,7 @@ from pybox._orchestration.images import (
     plan_stdlib,
 )
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
+from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
 from pybox._version import __version__
 
 
@@ -50,6 +52,8 @@ class Session:
         sampler_factory: SamplerFactory | None = None,
         is_owner_alive: Callable[[str], bool | None] = owner_alive,
         runtime: str = "runc",
+        pool: PoolSettings | None = None,
+        log: Callable[[str], None] | None = None,
         repair_policy: RepairPolicy | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
@@ -65,10 +69,18 @@ class Session:
         self._swept = False
         self._lock = threading.Lock()
         self._engine_cpus: int | None = None
+        # Long-lived users (the MCP server, a Client) get a warm pool; one-shot
+        # CLI calls do not pay to fill one.
+        self._pool = WarmPool(self._context, pool, log) if pool is not None else None
 
     @classmethod
     def open(
-        cls, environ: Mapping[str, str] | None = None, config_path: str | None = None
+        cls,
+        environ: Mapping[str, str] | None = None,
+        config_path: str | None = None,
+        *,
+        warm_pool: bool = False,
+        log: Callable[[str], None] | None = None,
     ) -> Session:
         env = os.environ if environ is None else environ
         settings: Settings = load_settings(env, config_path)
@@ -76,6 +88,8 @@ class Session:
             lambda: DockerEngine.connect(find_endpoint(env)),
             StateStore(settings.state_dir),
             settings.policy,
+            pool=settings.pool if warm_pool else None,
+            log=log,
             repair_policy=settings.repair_policy,
         )
 
@@ -171,5 +185,31 @@ class Session:
         limits = self.resolve(request)
         image = self.image(request.image)
         swept = self._sweep_once()
-        run = BoxRun(self._context(), request, limits, image, files_dir, cancel, swept)
+        warm = None
+        if self._pool is not None:
+            warm = self._pool.take(PoolKey.of(image, limits, request.code_name))
+        run = BoxRun(self._context(), request, limits, image, files_dir, cancel, swept, warm)
         return run.execute()
+
+    def warm_up(self, request: RunRequest | None = None, wait_s: float = 0.0) -> bool:
+        """Keep warm boxes for `request`'s profile (default: the default run).
+
+        With `wait_s`, wait until they are ready. False without a pool, or when
+        they were not ready in time.
+        """
+        if self._pool is None:
+            return False
+        request = request or RunRequest(code=b"")
+        key = PoolKey.of(self.image(request.image), self.resolve(request), request.code_name)
+        self._sweep_once()
+        if wait_s > 0:
+            return self._pool.wait_ready(key, wait_s)
+        self._pool.want(key)
+        return True
+
+    def pool_stats(self) -> PoolStats | None:
+        return None if self._pool is None else self._pool.stats()
+
+    def close(self) -> list[str]:
+        """Remove the warm pool's waiting boxes; the names not confirmed gone."""
+        return [] if self._pool is None else self._pool.close()

@@ -1,0 +1,56 @@
+"""The warm pool's operator settings (a value; the pool itself is orchestration)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pybox._core.errors import ConfigError
+from pybox._core.limits import MIB
+
+# setting key -> (attribute, unit in messages, smallest allowed, largest allowed)
+POOL_KEYS: dict[str, tuple[str, str, float, float]] = {
+    "boxes_per_profile": ("boxes_per_profile", "boxes", 0, 16),
+    "idle_s": ("idle_s", "seconds", 1, 86400),
+    "memory_budget_mib": ("memory_budget_bytes", "MiB", 0, 1 << 20),
+}
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """How many single-use boxes wait per profile, for how long, within what memory.
+
+    `memory_budget_bytes` bounds the sum of the waiting boxes' memory limits.
+    """
+
+    boxes_per_profile: int = 2
+    idle_s: float = 300.0
+    memory_budget_bytes: int = 2048 * MIB
+
+    def with_settings(self, values: Mapping[str, object], source: str) -> PoolSettings:
+        """Apply `[pool]` settings (user units); a bad value is a clear config error."""
+        changes: dict[str, float | int] = {}
+        for key, raw in values.items():
+            if key not in POOL_KEYS:
+                raise ConfigError(
+                    f"{source}: unknown pool setting {key!r}. Known: {', '.join(POOL_KEYS)}."
+                )
+            attr, unit, low, high = POOL_KEYS[key]
+            try:
+                number = float(str(raw)) if not isinstance(raw, bool) else float("nan")
+            except ValueError:
+                number = float("nan")
+            if not low <= number <= high:
+                raise ConfigError(
+                    f"{source}: pool {key} must be a number of {unit} from {low:g} to "
+                    f"{high:g}, not {raw!r}."
+                )
+            if key == "memory_budget_mib":
+                changes[attr] = int(number * MIB)
+            elif key == "boxes_per_profile":
+                if number != int(number):
+                    raise ConfigError(f"{source}: pool {key} must be a whole number, not {raw!r}.")
+                changes[attr] = int(number)
+            else:
+                changes[attr] = number
+        return PoolSettings(**{**self.__dict__, **changes})

@@ -1,0 +1,189 @@
+"""The warm pool against the fake engine: single use, verified first, bounded, cleaned up."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pybox._adapters.config import load_settings
+from pybox._adapters.state import StateStore
+from pybox._core.errors import ConfigError
+from pybox._core.limits import MIB, LimitRequest, Policy
+from pybox._core.pool import PoolSettings
+from pybox._core.receipt import KernelObserved, Status, rebase_kernel
+from pybox._core.request import RunRequest
+from pybox._orchestration.session import Session
+from tests.unit.conftest import OWNER
+from tests.unit.fake_engine import FakeEngine, Script
+
+
+def pooled_session(
+    engine: FakeEngine, state: StateStore, settings: PoolSettings
+) -> Iterator[Session]:
+    session = Session(
+        engine,
+        state,
+        Policy(),
+        owner=OWNER,
+        sampler_factory=lambda container_id: None,
+        is_owner_alive=lambda owner: owner == OWNER,
+        pool=settings,
+    )
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+@pytest.fixture
+def pooled(engine: FakeEngine, state: StateStore) -> Iterator[Session]:
+    yield from pooled_session(engine, state, PoolSettings(boxes_per_profile=1))
+
+
+def started(engine: FakeEngine) -> list[str]:
+    return [c.name for c in engine.containers.values() if c.state == "running"]
+
+
+def wait_for(condition: object, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_a_warm_box_is_verified_before_it_waits(pooled: Session, engine: FakeEngine) -> None:
+    assert pooled.warm_up(wait_s=5.0)
+    operations = [name for name, _ in engine.calls if name != "list"]
+    # create, posture read back, attach, start: the same checks as a fresh box.
+    assert operations[:4] == ["create", "inspect", "attach", "start"]
+    assert len(started(engine)) == 1
+
+
+def test_a_run_takes_a_warm_box_once_and_a_new_one_replaces_it(
+    pooled: Session, engine: FakeEngine, state: StateStore
+) -> None:
+    engine.script = Script(stdout=b"42\n")
+    assert pooled.warm_up(wait_s=5.0)
+    waiting = started(engine)
+    outcome = pooled.run(RunRequest(code=b"print(6*7)\n"))
+    receipt = outcome.receipt
+    assert outcome.stdout == b"42\n"
+    assert receipt.status is Status.SUCCEEDED
+    assert receipt.observed_by_pybox.box_source == "warm_pool"
+    assert receipt.observed_by_pybox.create_s is None
+    assert receipt.observed_by_pybox.box_waited_s is not None
+    assert receipt.observed_by_engine.posture_verified
+    assert receipt.observed_by_engine.removal_confirmed
+    assert receipt.observed_by_engine.container_name == waiting[0]
+    assert receipt.observed_by_kernel.counters_since == "box_start"  # no sampler here
+    # The used box is gone; a different one waits in its place.
+    wait_for(lambda: len(started(engine)) == 1)
+    assert started(engine) != waiting
+    second = pooled.run(RunRequest(code=b"print(6*7)\n"))
+    assert second.receipt.run_id != receipt.run_id
+    assert second.receipt.observed_by_engine.container_name not in waiting
+
+
+def test_close_removes_every_waiting_box(
+    engine: FakeEngine, state: StateStore, tmp_path: Path
+) -> None:
+    sessions = pooled_session(engine, state, PoolSettings(boxes_per_profile=2))
+    session = next(sessions)
+    assert session.warm_up(wait_s=5.0)
+    assert len(started(engine)) == 2
+    assert session.close() == []
+    assert engine.containers == {}
+    assert state.attempts() == {}
+    assert all(attach.closed for attach in engine.attachments)
+
+
+def test_a_request_that_matches_no_pool_takes_the_normal_path(
+    pooled: Session, engine: FakeEngine
+) -> None:
+    assert pooled.warm_up(wait_s=5.0)
+    outcome = pooled.run(RunRequest(code=b"", limits=LimitRequest(memory_bytes=128 * MIB)))
+    assert outcome.receipt.observed_by_pybox.box_source == "fresh"
+    assert outcome.receipt.observed_by_pybox.create_s is not None
+
+
+def test_a_weakened_box_never_enters_the_pool(pooled: Session, engine: FakeEngine) -> None:
+    def weaken(body: dict[str, object]) -> None:
+        host_config = body["HostConfig"]
+        assert isinstance(host_config, dict)
+        host_config["ReadonlyRootfs"] = False
+
+    engine.tamper = weaken
+    assert not pooled.warm_up(wait_s=0.5)
+    stats = pooled.pool_stats()
+    assert stats is not None and stats.failed >= 1 and stats.waiting == 0
+    assert stats.last_error is not None and "refused before start" in stats.last_error
+    assert "start" not in [name for name, _ in engine.calls]
+    wait_for(lambda: engine.containers == {})
+
+
+def test_the_memory_budget_bounds_the_waiting_boxes(engine: FakeEngine, state: StateStore) -> None:
+    limits = Policy().resolve(LimitRequest())
+    settings = PoolSettings(boxes_per_profile=3, memory_budget_bytes=limits.memory_bytes)
+    for session in pooled_session(engine, state, settings):
+        assert not session.warm_up(wait_s=0.5)
+        assert len(started(engine)) == 1
+    assert engine.containers == {}
+
+
+def test_a_profile_nobody_asks_for_is_emptied(engine: FakeEngine, state: StateStore) -> None:
+    for session in pooled_session(engine, state, PoolSettings(boxes_per_profile=1, idle_s=0.3)):
+        assert session.warm_up(wait_s=5.0)
+        wait_for(lambda: engine.containers == {})
+        stats = session.pool_stats()
+        assert stats is not None and stats.profiles == 0
+
+
+def test_a_session_without_a_pool_never_starts_boxes_ahead(
+    session: Session, engine: FakeEngine
+) -> None:
+    assert not session.warm_up(wait_s=0.1)
+    assert session.pool_stats() is None
+    assert engine.containers == {}
+
+
+def test_pool_settings_come_from_the_config_file_and_environment(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[pool]\nboxes_per_profile = 3\nidle_s = 60\nmemory_budget_mib = 1024\n")
+    settings = load_settings({"PYBOX_STATE_DIR": str(tmp_path)}, str(config))
+    assert settings.pool == PoolSettings(3, 60.0, 1024 * MIB)
+    env = {"PYBOX_STATE_DIR": str(tmp_path), "PYBOX_POOL_BOXES": "0"}
+    assert load_settings(env, str(config)).pool.boxes_per_profile == 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("boxes_per_profile", "2.5"), ("boxes_per_profile", "-1"), ("idle_s", "0"), ("size", "1")],
+)
+def test_bad_pool_settings_are_clear_errors(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match="pool"):
+        PoolSettings().with_settings({key: value}, "test")
+
+
+def _kernel(**values: float | int | None) -> KernelObserved:
+    base: dict[str, object] = dict.fromkeys(KernelObserved.__dataclass_fields__)
+    base.update(cgroup_version=1, samples=3, sample_interval_s=0.01)
+    base.pop("counters_since")
+    base.pop("peaks_include_idle_wait")
+    base.update(values)
+    return KernelObserved(**base)  # type: ignore[arg-type]
+
+
+def test_rebasing_subtracts_the_idle_wait_from_totals_only() -> None:
+    baseline = _kernel(cpu_usage_s=0.05, cpu_periods=4, oom_kill_count=0, memory_peak_bytes=10)
+    final = _kernel(cpu_usage_s=0.30, cpu_periods=10, oom_kill_count=1, memory_peak_bytes=99)
+    rebased = rebase_kernel(final, baseline)
+    assert rebased.cpu_usage_s == pytest.approx(0.25)
+    assert rebased.cpu_periods == 6
+    assert rebased.oom_kill_count == 1
+    assert rebased.memory_peak_bytes == 99  # a peak cannot be rebased: labelled instead
+    assert rebased.peaks_include_idle_wait
+    assert rebased.counters_since == "code_arrival"
+    assert rebased.cpu_throttled_s is None  # unknown on either side stays unknown
