@@ -1,13 +1,14 @@
 """A scripted stand-in for a model command: `python fake_model.py DIR`.
 
-Call N (counted in DIR/calls) saves the prompt it got on stdin as
-DIR/prompt-N.txt and prints DIR/reply-N.txt. Optional per call: DIR/sleep-N
+Call N (counted in DIR/calls, its pid in DIR/pid-N) saves the prompt it got on
+stdin as DIR/prompt-N.txt and prints DIR/reply-N.txt. Optional per call: DIR/sleep-N
 (seconds to wait first) and DIR/fail-N (printed on stderr, then exit 1).
 Without reply-N.txt it fails, so a test sees any call it did not script.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ def main() -> int:
     counter = folder / "calls"
     number = int(counter.read_text()) + 1 if counter.exists() else 1
     counter.write_text(str(number))
+    (folder / f"pid-{number}").write_text(str(os.getpid()))
     (folder / f"prompt-{number}.txt").write_bytes(sys.stdin.buffer.read())
     sleep = folder / f"sleep-{number}"
     if sleep.exists():

@@ -129,6 +129,9 @@ def test_the_time_budget_ends_a_slow_model(session: Session, tmp_path: Path) -> 
     assert report.stop_reason is StopReason.BUDGET_EXHAUSTED
     assert report.exhausted == "total_s"
     assert "did not answer in time" in report.stop_detail
+    # The slow command was ended, not left behind.
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((folder / "pid-1").read_text()), 0)
 
 
 def test_the_reply_bytes_budget_stops_a_long_reply(session: Session, tmp_path: Path) -> None:
