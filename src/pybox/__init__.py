@@ -16,17 +16,29 @@ from pybox._core.errors import (
     ImageError,
     InvalidRequest,
     LimitExceeded,
+    ModelError,
     PyboxError,
     RequestRejected,
     SandboxError,
 )
 from pybox._core.receipt import RECEIPT_VERSION, Receipt, Status
+from pybox._core.repair import (
+    REPAIR_VERSION,
+    RepairBudget,
+    RepairGoal,
+    RepairModel,
+    RepairReport,
+    RepairRound,
+    RepairRun,
+    StopReason,
+)
 from pybox._core.request import InputFile
-from pybox._frontends.api import Client, OutputFile, RunResult, run_container
+from pybox._frontends.api import Client, OutputFile, RunResult, repair, run_container
 from pybox._version import __version__
 
 __all__ = [
     "RECEIPT_VERSION",
+    "REPAIR_VERSION",
     "CleanupError",
     "Client",
     "ConfigError",
@@ -36,13 +48,22 @@ __all__ = [
     "InputFile",
     "InvalidRequest",
     "LimitExceeded",
+    "ModelError",
     "OutputFile",
     "PyboxError",
     "Receipt",
+    "RepairBudget",
+    "RepairGoal",
+    "RepairModel",
+    "RepairReport",
+    "RepairRound",
+    "RepairRun",
     "RequestRejected",
     "RunResult",
     "SandboxError",
     "Status",
+    "StopReason",
     "__version__",
+    "repair",
     "run_container",
 ]

@@ -74,6 +74,7 @@ class FakeContainer:
     header: dict[str, Any] | None = None
     acked: bool = False
     killed: bool = False
+    files: bytes = b""  # the code and the inputs, as sent
 
 
 class FakeAttach:
@@ -84,6 +85,7 @@ class FakeAttach:
         self.ended = False
         self.closed = False
         self.started = False
+        self.script = engine.script
 
     # The engine side.
     def _emit(self, data: bytes, source: int = 1) -> None:
@@ -107,10 +109,13 @@ class FakeAttach:
         if len(data) < 8 + size + need:
             return False
         self.container.header = header
+        self.container.files = data[8 + size : 8 + size + need]
         return True
 
     def _play(self) -> None:
-        script = self.engine.script
+        if self.engine.script_for is not None:
+            self.script = self.engine.script_for(self.container.files)
+        script = self.script
         if script.raw is not None:
             self._emit(script.raw)
             self._end(script.exit_code)
@@ -159,7 +164,7 @@ class FakeAttach:
                 self._play()
         elif data == wire.ACK:
             self.container.acked = True
-            self._end(self.engine.script.exit_code)
+            self._end(self.script.exit_code)
 
     def read(self, timeout_s: float) -> tuple[int, bytes] | None:
         hook = self.engine.on_read
@@ -207,6 +212,8 @@ class FakeEngine:
 
     def __init__(self, script: Script | None = None) -> None:
         self.script = script or Script()
+        # Chooses the box's behaviour from what it was sent (code and inputs), if set.
+        self.script_for: Callable[[bytes], Script] | None = None
         self.containers: dict[str, FakeContainer] = {}
         self.calls: list[tuple[str, str]] = []
         self.attachments: list[FakeAttach] = []

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
+
+import pytest
 
 import pybox
 from pybox import Client, run_container
@@ -18,3 +21,25 @@ def test_run_options_match_client_run() -> None:
 def test_run_container_is_public() -> None:
     assert pybox.run_container is run_container
     assert "run_container" in pybox.__all__
+
+
+def test_repair_options_match_client_repair() -> None:
+    from pybox._frontends.api import LimitOptions, RepairOptions
+
+    parameters = inspect.signature(Client.repair).parameters
+    keyword_only = [n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY]
+    assert keyword_only[:2] == ["goal", "model"]
+    assert sorted(keyword_only[2:]) == sorted(
+        set(RepairOptions.__annotations__) - set(LimitOptions.__annotations__)
+    )
+    assert "repair" in pybox.__all__ and pybox.repair is not None
+
+
+def test_repair_refuses_unknown_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PYBOX_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.delenv("PYBOX_CONFIG", raising=False)
+    with pytest.raises(pybox.InvalidRequest, match="Unknown option"):
+        Client(warm_pool=False).repair("print(1)", goal="exit0", model="llm", network="host")  # type: ignore[call-arg]
+    with pytest.raises(pybox.InvalidRequest, match="goal must be a RepairGoal"):
+        Client(warm_pool=False).repair("print(1)", goal="pass", model="llm")

@@ -2,7 +2,9 @@
 
 Layers, later ones winning: built-in defaults and ceilings; the config file
 (`--config`, else `PYBOX_CONFIG`, else `$XDG_CONFIG_HOME/pybox/config.toml`);
-environment variables `PYBOX_DEFAULT_<KEY>` and `PYBOX_MAX_<KEY>`. Front ends
+environment variables `PYBOX_DEFAULT_<KEY>` and `PYBOX_MAX_<KEY>`. The repair
+loop's bounds work the same way: `[repair.defaults]`, `[repair.ceilings]`,
+`PYBOX_REPAIR_DEFAULT_<KEY>`, `PYBOX_REPAIR_MAX_<KEY>`. Front ends
 that accept operator flags (such as `pybox mcp --max-memory`) apply them last.
 
 Where boxes run: `platform = "auto" | "linux" | "colima"` in the file, or
@@ -21,15 +23,16 @@ from typing import Any
 
 from pybox._adapters.state import default_state_dir
 from pybox._core.errors import ConfigError
-from pybox._core.limits import FIELDS_BY_KEY, Policy
+from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
 from pybox._core.pool import PoolSettings
+from pybox._core.repair import REPAIR_FIELDS_BY_KEY, RepairPolicy
 
 POOL_ENV = {
     "PYBOX_POOL_BOXES": "boxes_per_profile",
     "PYBOX_POOL_IDLE_S": "idle_s",
     "PYBOX_POOL_MEMORY_MIB": "memory_budget_mib",
 }
-CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "pool", "platform", "colima")
+CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "pool", "repair", "platform", "colima")
 PLATFORMS = ("auto", "linux", "colima")
 COLIMA_KEYS = {"colima": str, "docker": str, "cpus": int, "memory_gib": int, "disk_gib": int}
 
@@ -52,6 +55,7 @@ class Settings:
     config_file: Path | None
     sources: tuple[str, ...]
     pool: PoolSettings = field(default_factory=PoolSettings)
+    repair_policy: RepairPolicy = field(default_factory=RepairPolicy)
     # "auto" (from the operating system), "linux" or "colima"; PYBOX_PLATFORM wins.
     platform: str = "auto"
     platform_source: str = "built-in"
@@ -111,20 +115,25 @@ def _section(data: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
     return section
 
 
-def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+def _env_layer(
+    environ: Mapping[str, str],
+    fields: Mapping[str, LimitField] = FIELDS_BY_KEY,
+    prefix: str = "PYBOX_",
+) -> tuple[dict[str, str], dict[str, str]]:
     defaults: dict[str, str] = {}
     ceilings: dict[str, str] = {}
-    for key in FIELDS_BY_KEY:
+    for key in fields:
         upper = key.upper()
-        if f"PYBOX_DEFAULT_{upper}" in environ:
-            defaults[key] = environ[f"PYBOX_DEFAULT_{upper}"]
-        if f"PYBOX_MAX_{upper}" in environ:
-            ceilings[key] = environ[f"PYBOX_MAX_{upper}"]
+        if f"{prefix}DEFAULT_{upper}" in environ:
+            defaults[key] = environ[f"{prefix}DEFAULT_{upper}"]
+        if f"{prefix}MAX_{upper}" in environ:
+            ceilings[key] = environ[f"{prefix}MAX_{upper}"]
     return defaults, ceilings
 
 
 def load_settings(environ: Mapping[str, str], config_path: str | None = None) -> Settings:
     policy = Policy()
+    repair_policy = RepairPolicy()
     pool = PoolSettings()
     sources = ["built-in"]
     state_dir = default_state_dir(environ)
@@ -147,6 +156,18 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         policy = policy.with_settings(
             _section(data, "defaults", path), _section(data, "ceilings", path), str(path)
         )
+        repair = _section(data, "repair", path)
+        unknown = sorted(set(repair) - {"defaults", "ceilings"})
+        if unknown:
+            raise ConfigError(
+                f"{path}: unknown setting(s) repair.{', repair.'.join(unknown)}. Known: "
+                "repair.defaults, repair.ceilings."
+            )
+        repair_policy = repair_policy.with_settings(
+            _section(repair, "defaults", path),
+            _section(repair, "ceilings", path),
+            f"{path} [repair]",
+        )
         if "state_dir" in data and "PYBOX_STATE_DIR" not in environ:
             if not isinstance(data["state_dir"], str):
                 raise ConfigError(f"{path}: state_dir must be a path string.")
@@ -159,8 +180,10 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
-    if env_defaults or env_ceilings:
+    repair_defaults, repair_ceilings = _env_layer(environ, REPAIR_FIELDS_BY_KEY, "PYBOX_REPAIR_")
+    if env_defaults or env_ceilings or repair_defaults or repair_ceilings:
         policy = policy.with_settings(env_defaults, env_ceilings, "environment")
+        repair_policy = repair_policy.with_settings(repair_defaults, repair_ceilings, "environment")
         sources.append("environment")
     env_pool = {key: environ[name] for name, key in POOL_ENV.items() if name in environ}
     if env_pool:
@@ -176,6 +199,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         used_file,
         tuple(sources),
         pool=pool,
+        repair_policy=repair_policy,
         platform=platform,
         platform_source=platform_source,
         colima=colima,

@@ -80,3 +80,23 @@ class VMIsolationError(PlatformError):
 
 class CleanupError(PyboxError):
     """A box could not be confirmed removed."""
+
+
+class ModelError(PyboxError):
+    """A repair model could not be run or reached, or answered with an error."""
+
+
+class ModelTimeout(ModelError):
+    """A repair model did not answer within the time it was given."""
+
+
+class ModelRateLimited(ModelError):
+    """A repair model's service asked pybox to wait (HTTP 429)."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class ModelReplyTooLarge(ModelError):
+    """A repair model's reply was longer than the bytes it was allowed."""

@@ -139,11 +139,13 @@ def _check_number(field: LimitField, value: object, where: str) -> float:
     return float(value)
 
 
-def parse_user_value(key: str, raw: object, where: str) -> float | int:
+def parse_user_value(
+    key: str, raw: object, where: str, fields: Mapping[str, LimitField] = FIELDS_BY_KEY
+) -> float | int:
     """Turn a user-unit value (TOML number, env or flag string) into base units."""
-    field = FIELDS_BY_KEY.get(key)
+    field = fields.get(key)
     if field is None:
-        known = ", ".join(sorted(FIELDS_BY_KEY))
+        known = ", ".join(sorted(fields))
         raise ConfigError(f"{where}: unknown limit {key!r}. Known limits: {known}.")
     if isinstance(raw, str):
         try:
@@ -165,6 +167,91 @@ def parse_user_value(key: str, raw: object, where: str) -> float | int:
     return field.to_base(number)
 
 
+# Generic over a table of fields, so other bounded things (the repair loop) share
+# the same rules and messages. `section` prefixes the configuration keys named
+# in messages ("" for box limits, "repair." for the repair loop's bounds).
+
+
+def check_defaults_within(
+    fields: tuple[LimitField, ...], defaults: object, ceilings: object, section: str = ""
+) -> None:
+    for field in fields:
+        default = getattr(defaults, field.attr)
+        ceiling = getattr(ceilings, field.attr)
+        if default > ceiling:
+            raise ConfigError(
+                f"The default {field.what} ({field.describe(default)}) is above its "
+                f"ceiling ({field.describe(ceiling)}). Lower {section}defaults.{field.key} or "
+                f"raise {section}ceilings.{field.key} in the operator configuration."
+            )
+
+
+def apply_settings(
+    fields: tuple[LimitField, ...],
+    defaults: object,
+    ceilings: object,
+    new_defaults: Mapping[str, object],
+    new_ceilings: Mapping[str, object],
+    where: str,
+) -> tuple[dict[str, float | int], dict[str, float | int]]:
+    """Merged (defaults, ceilings) by attribute, with user-unit settings applied.
+
+    A lowered ceiling also lowers a default that was not set explicitly, so an
+    operator can write just `ceilings.memory_mib = 256`.
+    """
+    by_key = {f.key: f for f in fields}
+
+    def parsed(settings: Mapping[str, object]) -> dict[str, float | int]:
+        values = {k: parse_user_value(k, v, where, by_key) for k, v in settings.items()}
+        return {by_key[k].attr: v for k, v in values.items()}
+
+    set_defaults, set_ceilings = parsed(new_defaults), parsed(new_ceilings)
+    merged_ceilings = {f.attr: set_ceilings.get(f.attr, getattr(ceilings, f.attr)) for f in fields}
+    merged_defaults: dict[str, float | int] = {}
+    for f in fields:
+        if f.attr in set_defaults:
+            merged_defaults[f.attr] = set_defaults[f.attr]
+        elif f.attr in set_ceilings:
+            merged_defaults[f.attr] = min(getattr(defaults, f.attr), set_ceilings[f.attr])
+        else:
+            merged_defaults[f.attr] = getattr(defaults, f.attr)
+    return merged_defaults, merged_ceilings
+
+
+def resolve_fields(
+    fields: tuple[LimitField, ...],
+    defaults: object,
+    ceilings: object,
+    request: object,
+    section: str = "",
+) -> dict[str, float | int]:
+    """Effective values for `request`: defaults filled in, ceilings enforced."""
+    values: dict[str, float | int] = {}
+    for field in fields:
+        asked = getattr(request, field.attr)
+        if asked is None:
+            values[field.attr] = getattr(defaults, field.attr)
+            continue
+        number = _check_number(field, asked, "Request")
+        if field.integral and not number.is_integer():
+            raise InvalidRequest(f"Request: {field.attr} must be a whole number, not {asked!r}.")
+        minimum_base = field.to_base(field.minimum)
+        if number < minimum_base:
+            raise InvalidRequest(
+                f"Requested {field.describe(number)} of {field.what}; the minimum is "
+                f"{field.describe(minimum_base)}."
+            )
+        ceiling = getattr(ceilings, field.attr)
+        if number > ceiling:
+            raise LimitExceeded(
+                f"Requested {field.describe(number)} of {field.what}; the maximum is "
+                f"{field.describe(ceiling)}. Ask for at most {field.describe(ceiling)}, "
+                f"or have the operator raise {section}ceilings.{field.key}."
+            )
+        values[field.attr] = int(number) if field.integral else number
+    return values
+
+
 @dataclass(frozen=True)
 class Policy:
     """The operator's defaults and ceilings. Defaults never exceed ceilings."""
@@ -173,15 +260,7 @@ class Policy:
     ceilings: Limits = BUILTIN_CEILINGS
 
     def __post_init__(self) -> None:
-        for field in LIMIT_FIELDS:
-            default = getattr(self.defaults, field.attr)
-            ceiling = getattr(self.ceilings, field.attr)
-            if default > ceiling:
-                raise ConfigError(
-                    f"The default {field.what} ({field.describe(default)}) is above its "
-                    f"ceiling ({field.describe(ceiling)}). Lower defaults.{field.key} or "
-                    f"raise ceilings.{field.key} in the operator configuration."
-                )
+        check_defaults_within(LIMIT_FIELDS, self.defaults, self.ceilings)
 
     def with_settings(
         self,
@@ -189,52 +268,15 @@ class Policy:
         ceilings: Mapping[str, object],
         where: str,
     ) -> Policy:
-        """A new policy with user-unit settings (from a file, env or flags) applied.
-
-        A lowered ceiling also lowers a default that was not set explicitly, so an
-        operator can write just `ceilings.memory_mib = 256`.
-        """
-        parsed_defaults = {k: parse_user_value(k, v, where) for k, v in defaults.items()}
-        parsed_ceilings = {k: parse_user_value(k, v, where) for k, v in ceilings.items()}
-        new_defaults = {FIELDS_BY_KEY[k].attr: v for k, v in parsed_defaults.items()}
-        new_ceilings = {FIELDS_BY_KEY[k].attr: v for k, v in parsed_ceilings.items()}
-        ceiling_limits = dataclasses.replace(self.ceilings, **new_ceilings)  # type: ignore[arg-type]
-        for attr, ceiling in new_ceilings.items():
-            if attr not in new_defaults:
-                new_defaults[attr] = min(getattr(self.defaults, attr), ceiling)
-        return Policy(
-            defaults=dataclasses.replace(self.defaults, **new_defaults),  # type: ignore[arg-type]
-            ceilings=ceiling_limits,
+        """A new policy with user-unit settings (from a file, env or flags) applied."""
+        new_defaults, new_ceilings = apply_settings(
+            LIMIT_FIELDS, self.defaults, self.ceilings, defaults, ceilings, where
         )
+        return Policy(defaults=Limits(**new_defaults), ceilings=Limits(**new_ceilings))  # type: ignore[arg-type]
 
     def resolve(self, request: LimitRequest) -> Limits:
         """Effective limits for `request`: defaults filled in, ceilings enforced."""
-        values: dict[str, float | int] = {}
-        for field in LIMIT_FIELDS:
-            asked = getattr(request, field.attr)
-            if asked is None:
-                values[field.attr] = getattr(self.defaults, field.attr)
-                continue
-            number = _check_number(field, asked, "Request")
-            if field.integral and not number.is_integer():
-                raise InvalidRequest(
-                    f"Request: {field.attr} must be a whole number, not {asked!r}."
-                )
-            minimum_base = field.to_base(field.minimum)
-            if number < minimum_base:
-                raise InvalidRequest(
-                    f"Requested {field.describe(number)} of {field.what}; the minimum is "
-                    f"{field.describe(minimum_base)}."
-                )
-            ceiling = getattr(self.ceilings, field.attr)
-            if number > ceiling:
-                raise LimitExceeded(
-                    f"Requested {field.describe(number)} of {field.what}; the maximum is "
-                    f"{field.describe(ceiling)}. Ask for at most {field.describe(ceiling)}, "
-                    f"or have the operator raise ceilings.{field.key}."
-                )
-            values[field.attr] = int(number) if field.integral else number
-        return Limits(**values)  # type: ignore[arg-type]
+        return Limits(**resolve_fields(LIMIT_FIELDS, self.defaults, self.ceilings, request))  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, dict[str, float | int]]:
         return {"defaults": self.defaults.to_dict(), "ceilings": self.ceilings.to_dict()}

@@ -1,4 +1,4 @@
-"""The Python API: `run_container()` and a reusable `Client`."""
+"""The Python API: `run_container()`, `repair()` and a reusable `Client`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, Unpack
@@ -14,16 +14,20 @@ from typing import TypedDict, Unpack
 from pybox._core.errors import InvalidRequest
 from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Receipt
+from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import InputFile, RunRequest
 from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.outputs import discard, prepare_destination
+from pybox._orchestration.repair import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 
 InputLike = InputFile | tuple[str, bytes]
+GoalLike = RepairGoal | str
+ModelLike = RepairModel | str | Sequence[str]
 
 
-class RunOptions(TypedDict, total=False):
-    """The keyword arguments of `Client.run` and `run_container`."""
+class LimitOptions(TypedDict, total=False):
+    """The per-run box limits a caller may lower (None: the operator's default)."""
 
     timeout_s: float | None
     memory_bytes: int | None
@@ -32,11 +36,25 @@ class RunOptions(TypedDict, total=False):
     open_files: int | None
     writable_bytes: int | None
     output_bytes: int | None
+
+
+class RunOptions(LimitOptions, total=False):
+    """The keyword arguments of `Client.run` and `run_container`."""
+
     inputs: Iterable[InputLike]
     collect_outputs: bool
     output_dir: str | os.PathLike[str] | None
     image: str
     code_name: str
+    cancel: threading.Event | None
+
+
+class RepairOptions(LimitOptions, total=False):
+    """The optional keyword arguments of `Client.repair` and `repair`."""
+
+    budget: RepairBudget | None
+    code_name: str
+    image: str
     cancel: threading.Event | None
 
 
@@ -119,9 +137,8 @@ class Client:
         config_path: str | None = None,
         warm_pool: bool = True,
     ) -> None:
-        self._session = Session.open(
-            os.environ if environ is None else environ, config_path, warm_pool=warm_pool
-        )
+        self._environ = os.environ if environ is None else environ
+        self._session = Session.open(self._environ, config_path, warm_pool=warm_pool)
         self._finalizer = weakref.finalize(self, self._session.close)
 
     def close(self) -> None:
@@ -208,6 +225,66 @@ class Client:
         elif staging is not None:
             discard(staging)
         return _result(outcome, files, destination)
+
+    def repair(
+        self,
+        code: str | bytes,
+        *,
+        goal: GoalLike,
+        model: ModelLike,
+        budget: RepairBudget | None = None,
+        code_name: str = "main.py",
+        image: str = "stdlib",
+        cancel: threading.Event | None = None,
+        **run_limits: Unpack[LimitOptions],
+    ) -> RepairReport:
+        """Let `model` propose fixed versions of `code` until one meets `goal`.
+
+        Every proposal runs in a fresh sealed box with the per-run limits given as
+        keywords (`timeout_s`, `memory_bytes`, ... as for `run`);
+        `budget` may only lower the operator's repair bounds (asking for more
+        raises `LimitExceeded` before anything runs). `goal` is a `RepairGoal` or
+        "exit0"; `model` a `RepairModel`, or a command line for a local command.
+        The report's `fixed_code` holds the program that met the goal; nothing is
+        written to disk.
+        """
+        if isinstance(code, str):
+            code = code.encode("utf-8")
+        unknown = sorted(set(run_limits) - set(LimitOptions.__annotations__))
+        if unknown:
+            raise InvalidRequest(
+                f"Unknown option(s) {', '.join(unknown)}. Per-run limits are: "
+                f"{', '.join(LimitOptions.__annotations__)}."
+            )
+        job = RepairJob(
+            code=code,
+            goal=_goal(goal),
+            model=model if isinstance(model, RepairModel) else RepairModel.command(model),
+            code_name=code_name,
+            budget=budget or RepairBudget(),
+            run_limits=LimitRequest(**run_limits),
+            image=image,
+        )
+        return RepairLoop(self._session, job, self._environ).run(cancel)
+
+
+def _goal(goal: GoalLike) -> RepairGoal:
+    if isinstance(goal, RepairGoal):
+        return goal
+    if goal == "exit0":
+        return RepairGoal.exit0()
+    raise InvalidRequest(
+        f"goal must be a RepairGoal (exit0(), expect_stdout(text), tests(code)) or 'exit0', "
+        f"not {goal!r}."
+    )
+
+
+def repair(
+    code: str | bytes, *, goal: GoalLike, model: ModelLike, **options: Unpack[RepairOptions]
+) -> RepairReport:
+    """Repair `code` with a one-shot `Client` (no warm pool). See `Client.repair`."""
+    with Client(warm_pool=False) as client:
+        return client.repair(code, goal=goal, model=model, **options)
 
 
 def run_container(code: str | bytes, **options: Unpack[RunOptions]) -> RunResult:

@@ -23,6 +23,7 @@ from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
+from pybox._core.repair import RepairPolicy
 from pybox._core.request import RunRequest, check_request
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.builds import lock_changed
@@ -63,11 +64,13 @@ class Session:
         log: Callable[[str], None] | None = None,
         host: Host | None = None,
         environ: Mapping[str, str] | None = None,
+        repair_policy: RepairPolicy | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
         self.state = state
         self.policy = policy
+        self.repair_policy = repair_policy or RepairPolicy()
         self.owner = owner or current_owner()
         self.is_owner_alive = is_owner_alive
         if sampler_factory is None:
@@ -111,6 +114,7 @@ class Session:
             pool=settings.pool if warm_pool else None,
             log=log,
             environ=env,
+            repair_policy=settings.repair_policy,
         )
 
     @property

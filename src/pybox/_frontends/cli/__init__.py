@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from pybox._core.errors import ConfigError, PyboxError, RequestRejected
-from pybox._frontends.cli import _exec, _images, _maintenance, _verify, _vm
+from pybox._frontends.cli import _exec, _images, _maintenance, _repair, _verify, _vm
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_REJECTED,
@@ -39,6 +39,7 @@ COMMAND_GROUPS: tuple[Registrar, ...] = (
     _maintenance.register,
     _vm.register,
     _verify.register,
+    _repair.register,
 )
 
 __all__ = ["Registrar", "build_parser", "main"]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from pybox._core.errors import InvalidRequest
+from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
+from pybox._core.limits import LimitField, parse_user_value
 from pybox._core.receipt import Receipt, Status
 from pybox._orchestration.platforms import ToolPaths
 from pybox._orchestration.session import Session
@@ -21,6 +24,8 @@ EXIT_STOPPED = 130
 
 # What `add_subparsers()` returns; argparse does not name the type publicly.
 Commands = Any
+# CLI flag -> (configuration key, help text), for flags that set a bounded value.
+FlagTable = Mapping[str, tuple[str, str]]
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -79,3 +84,36 @@ def error_kind(exc: BaseException) -> str:
     return re.sub(
         r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", type(exc).__name__
     ).lower()
+
+
+def json_error(version_key: str, version: int, exc: PyboxError) -> str:
+    """The one-line JSON error record of a command's `--json` output."""
+    return json.dumps(
+        {version_key: version, "error": {"kind": error_kind(exc), "message": str(exc)}}
+    )
+
+
+def add_bounded_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    flags: FlagTable,
+    fields: Mapping[str, LimitField],
+) -> None:
+    for flag, (key, help_text) in flags.items():
+        metavar = fields[key].unit.upper().replace(" ", "_")
+        parser.add_argument(flag, metavar=metavar, help=help_text)
+
+
+def bounded_flag_values(
+    args: argparse.Namespace, flags: FlagTable, fields: Mapping[str, LimitField]
+) -> dict[str, float | int]:
+    """The values given for `flags`, in base units, keyed by attribute."""
+    values: dict[str, float | int] = {}
+    for flag, (key, _) in flags.items():
+        raw = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if raw is None:
+            continue
+        try:
+            values[fields[key].attr] = parse_user_value(key, raw, flag, fields)
+        except ConfigError as exc:
+            raise InvalidRequest(str(exc)) from None
+    return values

@@ -9,14 +9,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
-from pybox._core.limits import FIELDS_BY_KEY, LimitRequest, parse_user_value
+from pybox._core.errors import PyboxError
+from pybox._core.limits import FIELDS_BY_KEY, LimitRequest
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_STOPPED,
     Commands,
-    error_kind,
+    add_bounded_flags,
+    bounded_flag_values,
+    json_error,
     open_session,
     read_file,
     say,
@@ -41,23 +43,11 @@ LIMIT_FLAGS: dict[str, tuple[str, str]] = {
 
 def add_limit_flags(parser: argparse.ArgumentParser) -> None:
     """The per-run limit flags, shared by every command that runs a box."""
-    for flag, (key, help_text) in LIMIT_FLAGS.items():
-        parser.add_argument(
-            flag, metavar=FIELDS_BY_KEY[key].unit.upper().replace(" ", "_"), help=help_text
-        )
+    add_bounded_flags(parser, LIMIT_FLAGS, FIELDS_BY_KEY)
 
 
 def limit_request(args: argparse.Namespace) -> LimitRequest:
-    values: dict[str, float | int] = {}
-    for flag, (key, _) in LIMIT_FLAGS.items():
-        raw = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if raw is None:
-            continue
-        try:
-            values[FIELDS_BY_KEY[key].attr] = parse_user_value(key, raw, flag)
-        except ConfigError as exc:
-            raise InvalidRequest(str(exc)) from None
-    return LimitRequest(**values)  # type: ignore[arg-type]
+    return LimitRequest(**bounded_flag_values(args, LIMIT_FLAGS, FIELDS_BY_KEY))  # type: ignore[arg-type]
 
 
 def _exec_request(args: argparse.Namespace) -> RunRequest:
@@ -101,12 +91,7 @@ def exec_json(outcome: RunOutcome, output_dir: Path | None) -> dict[str, Any]:
 
 
 def _json_error(exc: PyboxError) -> str:
-    return json.dumps(
-        {
-            "pybox_exec_version": EXEC_JSON_VERSION,
-            "error": {"kind": error_kind(exc), "message": str(exc)},
-        }
-    )
+    return json_error("pybox_exec_version", EXEC_JSON_VERSION, exc)
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
