@@ -136,9 +136,12 @@ def test_the_memory_budget_bounds_the_waiting_boxes(engine: FakeEngine, state: S
 def test_a_profile_nobody_asks_for_is_emptied(engine: FakeEngine, state: StateStore) -> None:
     for session in pooled_session(engine, state, PoolSettings(boxes_per_profile=1, idle_s=0.3)):
         assert session.warm_up(wait_s=5.0)
-        wait_for(lambda: engine.containers == {})
-        stats = session.pool_stats()
-        assert stats is not None and stats.profiles == 0
+
+        def emptied() -> bool:
+            stats = session.pool_stats()
+            return engine.containers == {} and stats is not None and stats.profiles == 0
+
+        wait_for(emptied)
 
 
 def test_a_session_without_a_pool_never_starts_boxes_ahead(
