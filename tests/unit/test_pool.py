@@ -137,7 +137,7 @@ def test_a_profile_nobody_asks_for_is_emptied(engine: FakeEngine, state: StateSt
     for session in pooled_session(engine, state, PoolSettings(boxes_per_profile=1, idle_s=0.3)):
         assert session.warm_up(wait_s=5.0)
 
-        def emptied() -> bool:
+        def emptied(session: Session = session) -> bool:
             stats = session.pool_stats()
             return engine.containers == {} and stats is not None and stats.profiles == 0
 
