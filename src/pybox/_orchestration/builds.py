@@ -101,11 +101,15 @@ _SHOWN_PIP_LINES = ("Collecting", "Installing collected", "Successfully installe
 
 
 def locks_dir(environ: Mapping[str, str]) -> Path:
-    """Where pybox's shipped lock files are: PYBOX_LOCKS_DIR, else the source tree."""
+    """Where pybox's shipped lock files are: PYBOX_LOCKS_DIR, else inside the package.
+
+    They live in `pybox/_locks` (the repository's `locks/` points there), so an
+    installed pybox has them as well as a checkout.
+    """
     explicit = environ.get("PYBOX_LOCKS_DIR")
     if explicit:
         return Path(explicit)
-    return Path(__file__).resolve().parents[3] / "locks"
+    return Path(__file__).resolve().parents[1] / "_locks"
 
 
 def read_lock(path: Path) -> Lock:
