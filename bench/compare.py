@@ -42,15 +42,22 @@ at once (threads), for ``docker``, ``pybox_cold`` and ``pybox_warm``. The warm
 client's pool is full when each level starts and there is no think-time, so
 most runs at higher levels are misses; hits and misses are reported.
 
-CPU per box (``--cpu-batches``): for each path, batches of sequential runs;
-the machine's busy CPU time (``/proc/stat``: everything but idle and iowait)
-over the batch, divided by the boxes. It includes everything a box costs, the
-client, the docker CLI, dockerd, containerd, the shim, runc and the kernel, and
-for the warm pool the background refill (each batch ends when the pool is full
-again). It also includes whatever else runs on the machine, so each batch is
-preceded by an idle window of the same machine whose busy rate is subtracted
-(``net``); on a shared machine read the net figure as an estimate and compare
-paths within one run. ``engine`` is dockerd + containerd alone over the batch.
+CPU per box (``--cpu-batches``): for each path, batches of sequential runs,
+each between two idle windows. Two figures per box:
+
+* ``machine`` -- the machine's busy CPU time (``/proc/stat``: everything but
+  idle and iowait) over the batch, divided by the boxes. It counts everything a
+  box costs (client, docker CLI, dockerd, containerd, shim, runc, the box, the
+  kernel) and, for the warm pool, the background refill (each box is followed
+  by the refill wait). It also counts whatever else runs on the machine:
+  ``net`` subtracts the busy rate of the idle windows before and after the
+  batch; when that rate exceeds 0.1 CPUs the verdict is NOISY, not PASS/MISS.
+* ``attributed`` -- client (this process, the children it reaped such as the
+  docker CLI, and the MCP server) + engine (dockerd and containerd with their
+  reaped children) + boxes (the containers' parent cgroup, which keeps the CPU
+  of removed containers). Other people's processes do not count (their
+  containers would; hold the integration lock), and neither do the shim, runc
+  and kernel work outside cgroups.
 
 Every run's stdout must be exactly "42", and every container and image the
 benchmark started (labels ``io.pybox.bench=<token>``, and pybox's owner label
