@@ -1239,6 +1239,81 @@ def report_lines(report: Mapping[str, Any]) -> Iterator[str]:
             yield f"  step {name:<40}{value:>8.1f}"
 
 
+def _ms(value: float | None) -> str:
+    return _cell(value, ".1f", " ms")
+
+
+def markdown_lines(report: Mapping[str, Any]) -> Iterator[str]:
+    """The tables of docs/performance.md, from a report (`--markdown`, or `--from-json`)."""
+    machine = report["machine"]
+    yield f"- **Date:** {report['date']} to {report.get('finished_at', '?')}"
+    yield (
+        f"- **Machine:** {machine['cpu_model']}, {machine['cpu_count']} CPUs; kernel "
+        f"{machine['kernel']}; Docker {machine['engine_version']} (API {machine['engine_api']}); "
+        f"Python {machine['python']}; pybox {machine['pybox_version']}; "
+        f"load average at start {' '.join(machine['loadavg_at_start'])}"
+    )
+    yield f"- **Command:** `{report['command']}`"
+    for path, reason in report["skipped"].items():
+        yield f"- **Skipped** `{path}`: {reason}"
+    yield ""
+    yield "| path | n | p50 | p95 | min | max | p50 / docker | p95 / docker | pool hits |"
+    yield "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for path, row in report["wall"].items():
+        rel = report["ratio_vs_docker"].get(path, {"p50": 1.0, "p95": 1.0})
+        sources = report["box_source"].get(path) or {}
+        hits = f"{sources.get('warm_pool', 0)} of {sum(sources.values())}" if sources else ""
+        yield (
+            f"| {path} | {row['n']} | {_ms(row['p50_ms'])} | {_ms(row['p95_ms'])} "
+            f"| {_ms(row['min_ms'])} | {_ms(row['max_ms'])} | {_cell(rel['p50'], '.2f', 'x')} "
+            f"| {_cell(rel['p95'], '.2f', 'x')} | {hits} |"
+        )
+    if report["throughput"]:
+        levels = [str(level) for level in CONCURRENCY_LEVELS]
+        yield ""
+        yield "| runs/s | " + " | ".join(f"N={level}" for level in levels) + " |"
+        yield "| --- |" + " ---: |" * len(levels)
+        for path, row in report["throughput"].items():
+            cells = [_cell(row[lv]["runs_per_s"], ".2f") if lv in row else "" for lv in levels]
+            yield f"| {path} | " + " | ".join(cells) + " |"
+            if any(row[lv]["box_source"] for lv in levels if lv in row):
+                pool_hits = [
+                    f"{row[lv]['box_source'].get('warm_pool', 0)} of {row[lv]['runs']}"
+                    for lv in levels
+                    if lv in row
+                ]
+                yield f"| {path} pool hits | " + " | ".join(pool_hits) + " |"
+    if report["cpu_per_box"]:
+        names = ("gross", "net", "client", "engine", "boxes", "attributed")
+        yield ""
+        yield (
+            "| CPU per box | machine gross | machine net | idle rate (CPUs) | client | engine "
+            "| boxes | attributed | net / docker | attributed / docker |"
+        )
+        yield "| --- |" + " ---: |" * 9
+        cpu = report["cpu_per_box"]
+        for path, row in cpu.items():
+            cells = [_ms(row.get(f"{name}_ms")) for name in names]
+            cells.insert(2, _cell(row.get("background_cpus"), ".2f"))
+            for figure in ("net_ms", "attributed_ms"):
+                baseline = cpu.get(PATH_DOCKER, {}).get(figure)
+                cells.append(_cell(ratio(row.get(figure), baseline), ".2f", "x"))
+            yield f"| {path} | " + " | ".join(cells) + " |"
+    yield ""
+    yield "| target | measured | verdict |"
+    yield "| --- | ---: | --- |"
+    for target in report["targets"]:
+        yield (
+            f"| {target['target']} | {_cell(target['value'], '.2f', 'x')} | {target['verdict']} |"
+        )
+    for path, timeline in report["pybox_timeline"].items():
+        yield ""
+        yield f"| {path} step (receipt timeline) | p50 |"
+        yield "| --- | ---: |"
+        for name, value in timeline["steps_p50_ms"].items():
+            yield f"| {name} | {_ms(value)} |"
+
+
 # --- main ---------------------------------------------------------------------
 
 
@@ -1284,6 +1359,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: few of everything")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the tables for docs/performance.md"
+    )
+    parser.add_argument(
+        "--from-json", metavar="FILE", help="print a saved --json report again; measure nothing"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.warmup = min(args.rounds, 5), min(args.warmup, 1)
@@ -1377,8 +1458,25 @@ def run_benchmark(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     return build_report(args, ctx, samples, throughput, cpu, skipped, machine)
 
 
+def print_report(report: Mapping[str, Any], args: argparse.Namespace) -> None:
+    if args.json:
+        print(json.dumps(rounded(report), indent=2))
+    elif args.markdown:
+        print("\n".join(markdown_lines(report)))
+    else:
+        print("\n".join(report_lines(report)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.from_json:
+        try:
+            saved = json.loads(Path(args.from_json).read_text())
+        except (OSError, ValueError) as exc:
+            print(f"compare: cannot read {args.from_json}: {exc}", file=sys.stderr)
+            return 2
+        print_report(saved, args)
+        return 0
     ctx = Context(uuid.uuid4().hex[:12], _find_daemon_pids(), think_s=args.think_s)
     report: dict[str, Any] | None = None
     try:
@@ -1394,11 +1492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if report is None:
         return 1
     report["leftovers"] = problems
-    if args.json:
-        print(json.dumps(rounded(report), indent=2))
-    else:
-        for line in report_lines(report):
-            print(line)
+    print_report(report, args)
+    if not args.json:
         print(
             f"\nleftover containers and images: {'none' if not problems else '; '.join(problems)}"
         )

@@ -7,6 +7,7 @@ these check that what it prints is computed correctly.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import sys
@@ -255,3 +256,47 @@ def test_mcp_client_reports_a_server_that_is_not_there() -> None:
         with pytest.raises(compare.PathUnavailable, match="exited"):
             client.initialize()
         client.close()
+
+
+def test_a_report_renders_as_text_markdown_and_json() -> None:
+    args = compare.parse_args(["--rounds", "2", "--warmup", "0", "--peers"])
+    ctx = compare.Context("tok", (), image_id="sha256:abc", limits={"memory_bytes": 1.0})
+    marks = {"code_sent_s": 0.001, "program_ended_s": 0.006, "removed_s": 0.05}
+    samples = {
+        "docker": [Sample(0.2, 0.02, 0.04), Sample(0.22, 0.02, 0.04)],
+        "pybox_warm": [
+            Sample(0.05, 0.005, 0.03, 0.003, "warm_pool", marks),
+            Sample(0.06, 0.005, 0.03, 0.003, "fresh", marks),
+        ],
+        "epicbox": [Sample(0.18, None, 0.04), Sample(0.19, None, 0.04)],
+    }
+    throughput = {
+        "pybox_warm": {"1": {"runs": 4, "wall_s": 0.4, "runs_per_s": 10.0, "box_source": {}}}
+    }
+    cpu: dict[str, dict[str, Any]] = {
+        "docker": {"batches": 1, "net_ms": 200.0},
+        "pybox_warm": {"batches": 1},
+    }
+    machine = {
+        "cpu_model": "cpu",
+        "cpu_count": 2,
+        "kernel": "6",
+        "python": "3.11",
+        "engine_version": "20.10",
+        "engine_api": "1.41",
+        "pybox_version": "0",
+        "loadavg_at_start": ["0.1", "0.2", "0.3"],
+    }
+    report = compare.build_report(
+        args, ctx, samples, throughput, cpu, {"pybox_mcp": "not there"}, machine
+    )
+    assert report["box_source"]["pybox_warm"] == {"warm_pool": 1, "fresh": 1}
+    assert report["ratio_vs_docker"]["pybox_warm"]["p50"] == pytest.approx(0.055 / 0.21)
+    text = "\n".join(compare.report_lines(report))
+    assert "SKIPPED pybox_mcp: not there" in text
+    assert "1 from the warm pool (hits), 1 fresh (misses)" in text
+    markdown = "\n".join(compare.markdown_lines(report))
+    assert "| pybox_warm | 2 | 55.0 ms |" in markdown
+    saved = json.loads(json.dumps(compare.rounded(report)))
+    assert saved["report_version"] == 1
+    assert "SKIPPED pybox_mcp: not there" in "\n".join(compare.report_lines(saved))
