@@ -509,6 +509,11 @@ def mcp_outcome(ctx: Context, result: Mapping[str, Any]) -> Outcome:
         str(part.get("text", "")) for part in result.get("content") or [] if isinstance(part, dict)
     )
     structured = result.get("structuredContent")
+    if not isinstance(structured, dict):
+        # The specification asks a tool with structured content to repeat it as
+        # JSON text for older clients; accept that form too.
+        with suppress(ValueError):
+            structured = json.loads(text)
     if result.get("isError") or not isinstance(structured, dict):
         raise BenchFailure(f"{PATH_MCP}: tool error or no structuredContent: {text[:500]!r}")
     status = _find_key(structured, "status")

@@ -201,6 +201,8 @@ def test_mcp_outcome_checks_output_and_reads_the_receipt() -> None:
         compare.mcp_outcome(ctx, _structured("41\n"))
     with pytest.raises(compare.BenchFailure, match="status"):
         compare.mcp_outcome(ctx, _structured("42\n", status="failed"))
+    as_text = {"content": [{"type": "text", "text": json.dumps({"stdout": "42\n"})}]}
+    assert compare.mcp_outcome(ctx, as_text).box_source is None
     with pytest.raises(compare.BenchFailure, match="tool error"):
         compare.mcp_outcome(ctx, {"isError": True, "content": [{"text": "boom"}]})
 
