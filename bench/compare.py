@@ -395,6 +395,24 @@ def refill_pool(ctx: Context) -> None:
 # --- pybox, through `pybox mcp` -----------------------------------------------
 
 
+def end_child(proc: subprocess.Popen[Any], wait_s: float = 30.0) -> int | None:
+    """Close a child's input and let it finish; end it if it hangs. Its exit code,
+    or None when it had to be ended."""
+    with suppress(OSError):
+        if proc.stdin is not None:
+            proc.stdin.close()
+    try:
+        return proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return None
+
+
 class McpClient:
     """The client side of MCP's stdio transport: one JSON-RPC message per line."""
 
@@ -476,17 +494,8 @@ class McpClient:
         return dict(result or {})
 
     def close(self) -> int | None:
-        """Close its input (the stdio transport's shutdown), then wait; end it if it hangs."""
-        with suppress(OSError):
-            if self._proc.stdin is not None:
-                self._proc.stdin.close()
-        try:
-            return self._proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._proc.terminate()
-            with suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=10)
-            return None
+        """Close its input (the stdio transport's shutdown); its exit code, if it exited."""
+        return end_child(self._proc)
 
 
 def _find_key(value: Any, key: str, depth: int = 3) -> Any:
@@ -575,7 +584,11 @@ class PeerWorker:
             text=True,
         )
         self.name = str(config["peer"])
-        self._expect_line()  # {"ready": true} once the library is loaded
+        try:
+            self._expect_line()  # {"ready": true} once the library is loaded
+        except BenchFailure as exc:
+            end_child(self._proc)
+            raise PathUnavailable(f"its worker did not start: {exc}") from exc
 
     def _expect_line(self) -> dict[str, Any]:
         assert self._proc.stdout is not None
@@ -595,14 +608,7 @@ class PeerWorker:
         return float(answer["wall_s"]), str(answer["stdout"])
 
     def close(self) -> None:
-        with suppress(OSError):
-            if self._proc.stdin is not None:
-                self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._proc.terminate()
-            self._proc.wait(timeout=10)
+        end_child(self._proc)
 
 
 def call_peer(ctx: Context, name: str) -> Outcome:
@@ -624,9 +630,10 @@ def install_peer(name: str, root: Path) -> Path:
                 argv, capture_output=True, text=True, timeout=PEER_SETUP_TIMEOUT_S, check=False
             )
         except subprocess.TimeoutExpired as exc:
-            raise BenchFailure(f"{name}: {argv[2]} took over {PEER_SETUP_TIMEOUT_S:.0f} s") from exc
+            raise PathUnavailable(f"{argv[2]} took over {PEER_SETUP_TIMEOUT_S:.0f} s") from exc
         if done.returncode != 0:
-            raise BenchFailure(f"{name}: {' '.join(argv[2:])} failed: {done.stderr[-1000:]}")
+            why = " ".join(done.stderr.split())[-500:]
+            raise PathUnavailable(f"{' '.join(argv[2:])} failed: {why}")
     return venv / "bin" / "python"
 
 
@@ -646,34 +653,45 @@ def build_peer_image(image_id: str, token: str) -> str:
     )
     argv = ["docker", "build", "-q", "--network", "none", "--force-rm"]
     argv += ["--label", f"{BENCH_LABEL}={token}", "-t", tag, "-"]
-    done = subprocess.run(
-        argv,
-        input=dockerfile,
-        capture_output=True,
-        text=True,
-        timeout=PEER_SETUP_TIMEOUT_S,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            argv,
+            input=dockerfile,
+            capture_output=True,
+            text=True,
+            timeout=PEER_SETUP_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise PathUnavailable(f"building its image took over {PEER_SETUP_TIMEOUT_S:.0f} s") from exc
     if done.returncode != 0:
-        raise BenchFailure(f"building the peers' image failed: {done.stderr[-1000:]}")
+        raise PathUnavailable(f"building its image failed: {' '.join(done.stderr.split())[-500:]}")
     return tag
 
 
-def start_peers(ctx: Context, names: Sequence[str], root: Path, stderr: IO[bytes]) -> None:
-    if PEER_LLM_SANDBOX in names:
-        ctx.peer_image = build_peer_image(ctx.image_id, ctx.token)
+def start_peers(
+    ctx: Context, names: Sequence[str], root: Path, stderr: IO[bytes]
+) -> dict[str, str]:
+    """A worker per peer; the peers that could not be set up here, and why."""
+    skipped: dict[str, str] = {}
     for name in names:
-        python = install_peer(name, root)
-        config = {
-            "peer": name,
-            "image": ctx.peer_image if name == PEER_LLM_SANDBOX else ctx.image_id,
-            "label": BENCH_LABEL,
-            "token": ctx.token,
-            "code": CODE,
-            "memory_mib": int(ctx.limits["memory_bytes"]) // (1024 * 1024),
-            "pids": int(ctx.limits["pids"]),
-        }
-        ctx.peers[name] = PeerWorker(python, config, stderr)
+        try:
+            if name == PEER_LLM_SANDBOX:
+                ctx.peer_image = build_peer_image(ctx.image_id, ctx.token)
+            python = install_peer(name, root)
+            config = {
+                "peer": name,
+                "image": ctx.peer_image if name == PEER_LLM_SANDBOX else ctx.image_id,
+                "label": BENCH_LABEL,
+                "token": ctx.token,
+                "code": CODE,
+                "memory_mib": int(ctx.limits["memory_bytes"]) // (1024 * 1024),
+                "pids": int(ctx.limits["pids"]),
+            }
+            ctx.peers[name] = PeerWorker(python, config, stderr)
+        except PathUnavailable as exc:
+            skipped[name] = str(exc)
+    return skipped
 
 
 # --- the paths ----------------------------------------------------------------
@@ -1411,7 +1429,9 @@ def set_up(ctx: Context, paths: list[str], scratch: Path, logs: IO[bytes]) -> di
             paths.remove(PATH_MCP)
     peers = [p for p in paths if p in PEER_PATHS]
     if peers:
-        start_peers(ctx, peers, scratch, logs)
+        for name, reason in start_peers(ctx, peers, scratch, logs).items():
+            skipped[name] = f"could not be set up: {reason}"
+            paths.remove(name)
     return skipped
 
 
