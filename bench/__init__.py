@@ -1,0 +1,1 @@
+"""Benchmarks; run them as scripts (`python bench/compare.py`), not as tests."""
