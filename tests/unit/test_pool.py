@@ -15,6 +15,8 @@ from pybox._core.limits import MIB, LimitRequest, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.receipt import KernelObserved, Status, rebase_kernel
 from pybox._core.request import RunRequest
+from pybox._orchestration.lifecycle import BoxContext
+from pybox._orchestration.pool import PoolKey, WarmPool
 from pybox._orchestration.session import Session
 from tests.unit.conftest import OWNER
 from tests.unit.fake_engine import FakeEngine, Script
@@ -190,3 +192,30 @@ def test_rebasing_subtracts_the_idle_wait_from_totals_only() -> None:
     assert rebased.peaks_include_idle_wait
     assert rebased.counters_since == "code_arrival"
     assert rebased.cpu_throttled_s is None  # unknown on either side stays unknown
+
+
+def make_context(engine: FakeEngine, state: StateStore) -> BoxContext:
+    return BoxContext(
+        engine=engine,
+        state=state,
+        owner=OWNER,
+        pybox_version="test",
+        bootstrap_source="",
+        sampler_factory=lambda container_id: None,
+    )
+
+
+def test_a_replacement_waits_until_the_run_is_done(engine: FakeEngine, state: StateStore) -> None:
+    """Starting a box competes with the run's own teardown for the CPUs."""
+    settings = PoolSettings(boxes_per_profile=1)
+    pool = WarmPool(lambda: make_context(engine, state), settings)
+    key = PoolKey.of(state.image("stdlib"), Policy().resolve(LimitRequest()), "main.py")  # type: ignore[arg-type]
+    try:
+        assert pool.wait_ready(key, 5.0)
+        assert pool.take(key) is not None
+        time.sleep(0.3)
+        assert pool.stats().starting == 0 and pool.stats().waiting == 0
+        pool.done(key)
+        assert pool.wait_ready(key, 5.0)
+    finally:
+        assert pool.close() == []

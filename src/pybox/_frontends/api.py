@@ -151,9 +151,23 @@ class Client:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def warm_up(self, *, wait_s: float = 60.0, image: str = "stdlib") -> bool:
-        """Start the default run's warm boxes now and wait until they are ready."""
-        return self._session.warm_up(RunRequest(code=b"", image=image), wait_s=wait_s)
+    def warm_up(
+        self,
+        *,
+        wait_s: float = 60.0,
+        image: str = "stdlib",
+        code_name: str = "main.py",
+        **limits: Unpack[LimitOptions],
+    ) -> bool:
+        """Start warm boxes for runs with these settings (default: the default run).
+
+        Waits up to `wait_s` until they are ready; True when they are. Runs with
+        other limits, image or code name keep their own boxes once seen.
+        """
+        request = RunRequest(
+            code=b"", code_name=code_name, image=image, limits=LimitRequest(**limits)
+        )
+        return self._session.warm_up(request, wait_s=wait_s)
 
     def run(
         self,

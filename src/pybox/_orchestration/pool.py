@@ -41,6 +41,9 @@ from pybox._orchestration.lifecycle import (
 )
 
 FAILURE_BACKOFF_S = (1.0, 5.0, 30.0, 120.0)
+# A replacement waits until the run that took a box is done (or this long):
+# starting a box competes for the CPUs with the run's own end and teardown.
+REFILL_HOLD_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class _Profile:
     failures: int = 0
     retry_at: float = 0.0
     last_error: str | None = None
+    hold_until: float = 0.0
+    in_use: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,14 +113,30 @@ class WarmPool:
             self._touch(key)
 
     def take(self, key: PoolKey) -> WarmBox | None:
-        """A waiting box for this profile, if one is ready; asks for a replacement."""
+        """A waiting box for this profile, if one is ready.
+
+        Its replacement starts once `done(key)` says the run is over, or after
+        `REFILL_HOLD_S`, whichever comes first.
+        """
         with self._cond:
             profile = self._touch(key)
             if profile is None or not profile.waiting:
                 self._missed += 1
                 return None
             self._taken += 1
+            profile.in_use += 1
+            profile.hold_until = time.monotonic() + REFILL_HOLD_S
             return profile.waiting.pop(0)
+
+    def done(self, key: PoolKey) -> None:
+        """The run that took a box of this profile has ended: refill now."""
+        with self._cond:
+            profile = self._profiles.get(key)
+            if profile is not None and profile.in_use > 0:
+                profile.in_use -= 1
+                if profile.in_use == 0:
+                    profile.hold_until = 0.0
+            self._cond.notify_all()
 
     def stats(self) -> PoolStats:
         with self._cond:
@@ -203,7 +224,7 @@ class WarmPool:
                 self._committed_memory() + profile.key.limits.memory_bytes
                 <= self.settings.memory_budget_bytes
             )
-            if short and room and now >= profile.retry_at:
+            if short and room and now >= max(profile.retry_at, profile.hold_until):
                 profile.starting += 1
                 return "start", profile, None
         return None
@@ -216,7 +237,7 @@ class WarmPool:
                     job = self._next_job(time.monotonic())
                     if job is not None:
                         break
-                    self._cond.wait(timeout=1.0)
+                    self._cond.wait(timeout=0.25)
                 if self._closed:
                     return
             assert job is not None

@@ -248,9 +248,14 @@ class Session:
             self.host.check_before_run()
         warm = None
         if self._pool is not None:
-            warm = self._pool.take(PoolKey.of(image, limits, request.code_name))
+            key = PoolKey.of(image, limits, request.code_name)
+            warm = self._pool.take(key)
         run = BoxRun(self._context(), request, limits, image, files_dir, cancel, swept, warm)
-        return run.execute()
+        try:
+            return run.execute()
+        finally:
+            if warm is not None and self._pool is not None:
+                self._pool.done(key)
 
     def warm_up(self, request: RunRequest | None = None, wait_s: float = 0.0) -> bool:
         """Keep warm boxes for `request`'s profile (default: the default run).
