@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from pybox._core.limits import LIMIT_FIELDS, Limits
-from pybox._core.posture import BOX_USER, INPUT_DIR, OUTPUT_DIR, PYBOX_ROOT, TMP_DIR, WORK_DIR
+from pybox._core.posture import (
+    BOX_UID_COUNT,
+    BOX_UID_FIRST,
+    INPUT_DIR,
+    OUTPUT_DIR,
+    PYBOX_ROOT,
+    TMP_DIR,
+    WORK_DIR,
+)
 from pybox._frontends.mcp._protocol import JSONObject
 from pybox._frontends.mcp._runs import Run
 from pybox._frontends.mcp._tools import MAX_GET_WAIT_S, Toolbox, run_structure, run_uri
@@ -65,7 +73,8 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
         ],
         "network": "none: a box has no network interface but loopback",
         "boundary": {
-            "user": BOX_USER,
+            "user": f"a uid and gid of the box's own, from {BOX_UID_FIRST} to "
+            f"{BOX_UID_FIRST + BOX_UID_COUNT - 1} (never root, never a host account's)",
             "root_filesystem": "read-only",
             "writable_paths": [PYBOX_ROOT, TMP_DIR, "/dev/shm"],
             "writable_size": "each writable path is a tmpfs of limits.writable_mib",
