@@ -6,7 +6,8 @@ was given) in `calls.jsonl` and answers like Colima 0.10.x: `version`,
 `status --json` (its fields, and the error when stopped), `start` (which
 writes the profile's colima.yaml and Lima's lima.yaml under COLIMA_HOME, and a
 docker context under DOCKER_CONFIG, as Colima does), `stop`, `delete`, and
-`ssh -- ARGV` (run here, on this machine). Knobs in `fake-colima.json` make it
+`ssh -- ARGV` (run here, on this machine, with its stdin, and without a
+leading `sudo -n`; or answered from the `ssh_answers` script). Knobs in `fake-colima.json` make it
 misbehave: an old version, host folders mounted, a port forwarder left on.
 """
 
@@ -19,15 +20,20 @@ from pathlib import Path
 from typing import Any
 
 FAKE_COLIMA = r"""#!{python}
-import json, os, subprocess, sys
+import hashlib, json, os, subprocess, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATE = os.path.join(HERE, "fake-colima.json")
 with open(STATE) as handle:
     state = json.load(handle)
 args = sys.argv[1:]
+# `colima ssh` passes its stdin on to the command in the VM; record what came.
+stdin = sys.stdin.buffer.read() if args[:1] == ["ssh"] else b""
 with open(os.path.join(HERE, "calls.jsonl"), "a") as log:
     keep = ("PATH", "HOME", "DOCKER_CONFIG", "COLIMA_HOME", "DOCKER_HOST", "PYBOX_PLATFORM")
-    log.write(json.dumps({{"argv": args, "env": {{k: os.environ.get(k) for k in keep}}}}) + "\n")
+    log.write(json.dumps({{
+        "argv": args, "env": {{k: os.environ.get(k) for k in keep}},
+        "stdin_sha256": hashlib.sha256(stdin).hexdigest() if stdin else None,
+    }}) + "\n")
 
 def save():
     with open(STATE, "w") as handle:
@@ -116,10 +122,20 @@ elif command == "ssh":
     if not state["running"]:
         fatal("%s not running" % display)
     remote = args[args.index("--") + 1:]
-    result = subprocess.run(remote, capture_output=True)
-    sys.stdout.buffer.write(result.stdout)
-    sys.stderr.buffer.write(result.stderr)
-    sys.exit(result.returncode)
+    # Scripted answers, first match by argv prefix, stand in for a VM's tools.
+    for answer in state.get("ssh_answers") or []:
+        if remote[:len(answer["argv"])] == answer["argv"]:
+            if answer.get("stdout_file"):
+                with open(answer["stdout_file"], "rb") as handle:
+                    sys.stdout.buffer.write(handle.read())
+            sys.stdout.write(answer.get("stdout", ""))
+            sys.stderr.write(answer.get("stderr", ""))
+            sys.exit(answer.get("code", 0))
+    # Lima's user has password-less sudo; this machine has no sudo and tests run
+    # as root, so the command runs here without it.
+    if remote[:2] == ["sudo", "-n"]:
+        remote = remote[2:]
+    sys.exit(subprocess.run(remote, input=stdin).returncode)
 else:
     fatal("unknown command %r" % command)
 """

@@ -150,12 +150,3 @@ def test_reads_lima_sequences_at_the_key_indent() -> None:
 def test_anything_unusual_is_refused_not_guessed(text: str) -> None:
     with pytest.raises(ValueError):
         simple_yaml.load(text)
-
-
-def test_the_image_builder_is_refused_off_linux() -> None:
-    from pybox._core.errors import ImageBuildError
-    from pybox._orchestration.vm import require_image_builder
-
-    require_image_builder("linux")
-    with pytest.raises(ImageBuildError, match=r"not implemented \(see docs/macos\.md\)"):
-        require_image_builder("darwin")

@@ -276,13 +276,18 @@ class Colima:
         return env
 
     def run(
-        self, args: Sequence[str], *, timeout_s: float = COMMAND_TIMEOUT_S
+        self,
+        args: Sequence[str],
+        *,
+        timeout_s: float = COMMAND_TIMEOUT_S,
+        input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         argv = [self.colima.path, *args]
         try:
             return subprocess.run(
                 argv,
-                stdin=subprocess.DEVNULL,
+                input=input_text,
+                stdin=subprocess.DEVNULL if input_text is None else None,
                 capture_output=True,
                 text=True,
                 encoding="utf-8",
@@ -304,7 +309,7 @@ class Colima:
         if result.returncode != 0:
             raise PlatformError(
                 f"`colima {' '.join(args)}` failed (exit {result.returncode}): "
-                f"{_last_lines(result.stderr or result.stdout)}"
+                f"{last_lines(result.stderr or result.stdout)}"
             )
         return result.stdout
 
@@ -386,7 +391,7 @@ class Colima:
         result = self.run(["status", "--profile", PROFILE, "--json"])
         exists = self.profile_config.exists()
         if result.returncode != 0:
-            message = _last_lines(result.stderr or result.stdout)
+            message = last_lines(result.stderr or result.stdout)
             lowered = message.lower()
             if "not running" in lowered or "does not exist" in lowered:
                 return VMStatus(running=False, exists=exists, detail=message)
@@ -572,7 +577,7 @@ class VMCgroupSampler(CgroupCounters):
         texts = parse_read(result.stdout, paths)
         if not texts and result.stderr.strip():
             # `grep -s` is silent about missing files: a message is from colima or ssh.
-            self.failure = f"`colima ssh` failed (exit {result.returncode}): " + _last_lines(
+            self.failure = f"`colima ssh` failed (exit {result.returncode}): " + last_lines(
                 result.stderr
             )
         return {self._paths[path]: text for path, text in texts.items()}
@@ -623,7 +628,7 @@ def vm_sampler_factory(colima: Colima, gap_s: float = VM_SAMPLE_GAP_S) -> Sample
     return factory
 
 
-def _last_lines(text: str, count: int = 3) -> str:
+def last_lines(text: str, count: int = 3) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return " / ".join(lines[-count:])[:600] or "no message"
 

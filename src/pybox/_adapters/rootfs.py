@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
+from pybox._adapters.rootfs_prepare import (
+    has_file,
+    installed_packages,
+    prepare_tree,
+)
 from pybox._core.errors import ImageBuildError
 from pybox._core.posture import BOX_GID, BOX_HOSTNAME, BOX_UID, PYBOX_ROOT
 
@@ -26,18 +34,6 @@ PER_PACKAGE_LINES = (
     "I: Unpacking",
     "I: Configuring",
     "I: Extracting",
-)
-
-# Removed after the install: caches, documentation and logs the box never needs.
-STRIP_PATHS = (
-    "var/cache/apt",
-    "var/lib/apt/lists",
-    "var/cache/debconf/templates.dat-old",
-    "var/log",
-    "usr/share/doc",
-    "usr/share/man",
-    "usr/share/info",
-    "usr/share/lintian",
 )
 
 
@@ -55,29 +51,62 @@ def require_tools() -> None:
         )
 
 
+@dataclass(frozen=True)
+class CommandRunner:
+    """Where a build command runs: here, or (with a prefix such as `colima ssh
+    --profile pybox -- sudo -n` and Colima's environment) inside pybox's VM.
+    Either way the command is an argument list."""
+
+    prefix: tuple[str, ...] = ()
+    env: Mapping[str, str] | None = None
+    where: str = "this machine"
+
+    def argv(self, command: Sequence[str]) -> list[str]:
+        return [*self.prefix, *command]
+
+
+LOCAL = CommandRunner()
+
+
+def debootstrap_command(
+    target: str, *, suite: str, mirror: str, packages: tuple[str, ...], keyring: str | None
+) -> list[str]:
+    argv = ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}"]
+    if keyring:
+        argv.append(f"--keyring={keyring}")
+    return [*argv, suite, target, mirror]
+
+
 def run_debootstrap(
-    target: Path,
+    target: Path | str,
     *,
     suite: str,
     mirror: str,
     packages: tuple[str, ...],
     keyring: str | None,
     progress: Progress,
+    runner: CommandRunner = LOCAL,
 ) -> None:
-    argv = ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}"]
-    if keyring:
-        argv.append(f"--keyring={keyring}")
-    argv += [suite, str(target), mirror]
+    argv = runner.argv(
+        debootstrap_command(
+            str(target), suite=suite, mirror=mirror, packages=packages, keyring=keyring
+        )
+    )
     started = time.monotonic()
     tail: list[str] = []
-    with subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        errors="replace",
-    ) as process:
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            env=None if runner.env is None else dict(runner.env),
+        )
+    except OSError as exc:
+        raise ImageBuildError(f"Cannot run {argv[0]}: {exc.strerror or exc}.") from exc
+    with process:
         assert process.stdout is not None
         for raw_line in process.stdout:
             line = raw_line.rstrip()
@@ -89,81 +118,124 @@ def run_debootstrap(
     if code != 0:
         last = "\n  ".join(tail)
         raise ImageBuildError(
-            f"debootstrap failed (exit {code}) for suite {suite} from {mirror}. Its last lines:\n"
-            f"  {last}\nCheck the mirror (--mirror) and the suite (--suite)."
+            f"debootstrap failed (exit {code}) on {runner.where} for suite {suite} from "
+            f"{mirror}. Its last lines:\n  {last}\nCheck the mirror (--mirror) and the suite "
+            "(--suite)."
         )
-
-
-def _strip_setid_bits(root: Path) -> int:
-    stripped = 0
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(directory, name)
-            mode = os.lstat(path).st_mode
-            if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
-                os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
-                stripped += 1
-    return stripped
 
 
 def prepare_rootfs(root: Path, progress: Progress) -> None:
     """Make a freshly bootstrapped tree fit to be a box's read-only root."""
-    for relative in STRIP_PATHS:
-        path = root / relative
-        if path.is_dir():
-            shutil.rmtree(path)
-            path.mkdir(mode=0o755)
-    # Nothing of the build machine stays in the image.
-    (root / "etc/hostname").write_text(f"{BOX_HOSTNAME}\n")
-    (root / "etc/hosts").write_text("127.0.0.1\tlocalhost\n::1\tlocalhost\n")
-    resolv = root / "etc/resolv.conf"
-    if resolv.is_symlink() or resolv.exists():
-        resolv.unlink()
-    resolv.write_text("")
-    with (root / "etc/passwd").open("a") as handle:
-        handle.write(f"sandbox:x:{BOX_UID}:{BOX_GID}:pybox sandbox:/pybox/work:/usr/sbin/nologin\n")
-    with (root / "etc/group").open("a") as handle:
-        handle.write(f"sandbox:x:{BOX_GID}:\n")
-    (root / PYBOX_ROOT.lstrip("/")).mkdir(mode=0o755, exist_ok=True)
-    stripped = _strip_setid_bits(root)
-    progress(
-        f"prepared the root filesystem (caches removed, {stripped} setuid/setgid bits cleared)"
+    prepare_tree(
+        root, progress, hostname=BOX_HOSTNAME, uid=BOX_UID, gid=BOX_GID, pybox_root=PYBOX_ROOT
     )
 
 
-def installed_packages(root: Path) -> tuple[str, ...]:
-    """`name=version` of every installed package, from dpkg's status file."""
-    packages: list[str] = []
-    try:
-        text = (root / "var/lib/dpkg/status").read_text(errors="replace")
-    except OSError:
-        return ()
-    for stanza in text.split("\n\n"):
-        fields = dict(
-            line.split(": ", 1)
-            for line in stanza.splitlines()
-            if ": " in line and not line[0].isspace()
-        )
-        if "Package" in fields and "installed" in fields.get("Status", ""):
-            packages.append(f"{fields['Package']}={fields.get('Version', '')}")
-    return tuple(sorted(packages))
-
-
-def tar_stream(root: Path) -> Iterator[bytes]:
-    """The tree as an uncompressed tar stream, numeric owners kept.
+def tar_command(root: str) -> list[str]:
+    """Pack a tree as an uncompressed tar on stdout, numeric owners kept.
 
     Extended attributes (file capabilities among them) are left out on purpose.
     """
-    with subprocess.Popen(
-        ["tar", "--numeric-owner", "-C", str(root), "-cf", "-", "."],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    ) as process:
+    return ["tar", "--numeric-owner", "-C", root, "-cf", "-", "."]
+
+
+def tar_stream(root: Path | str, runner: CommandRunner = LOCAL) -> Iterator[bytes]:
+    """The tree as a tar stream, read as it is packed (here or in the VM)."""
+    argv = runner.argv(tar_command(str(root)))
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=None if runner.env is None else dict(runner.env),
+        )
+    except OSError as exc:
+        raise ImageBuildError(f"Cannot run {argv[0]}: {exc.strerror or exc}.") from exc
+    with process:
         assert process.stdout is not None
         while chunk := process.stdout.read(1 << 20):
             yield chunk
         code = process.wait()
         if code != 0:
             error = process.stderr.read().decode(errors="replace") if process.stderr else ""
-            raise ImageBuildError(f"tar failed (exit {code}) packing {root}: {error.strip()}")
+            raise ImageBuildError(
+                f"tar failed (exit {code}) packing {root} on {runner.where}: {error.strip()}"
+            )
+
+
+@dataclass(frozen=True)
+class PreparedTree:
+    packages: tuple[str, ...]
+    python_found: bool
+
+
+class RootfsBuilder(Protocol):
+    """Where the stdlib image's tree is bootstrapped, prepared and packed."""
+
+    where: str
+
+    def require_tools(self, progress: Progress) -> None: ...
+
+    def workspace(self, progress: Progress) -> AbstractContextManager[str]:
+        """A build folder for the tree (its path is yielded), removed on every exit."""
+        ...
+
+    def bootstrap(
+        self,
+        root: str,
+        *,
+        suite: str,
+        mirror: str,
+        packages: tuple[str, ...],
+        keyring: str | None,
+        progress: Progress,
+    ) -> None: ...
+
+    def prepare(self, root: str, python_path: str, progress: Progress) -> PreparedTree: ...
+
+    def tar(self, root: str) -> Iterator[bytes]: ...
+
+
+class LocalRootfsBuilder:
+    """debootstrap on this (Linux) machine, as root, in a temporary folder."""
+
+    where = "this machine"
+
+    def require_tools(self, progress: Progress) -> None:
+        require_tools()
+
+    @contextmanager
+    def workspace(self, progress: Progress) -> Iterator[str]:
+        workdir = Path(tempfile.mkdtemp(prefix="pybox-build-"))
+        try:
+            yield str(workdir / "rootfs")
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def bootstrap(
+        self,
+        root: str,
+        *,
+        suite: str,
+        mirror: str,
+        packages: tuple[str, ...],
+        keyring: str | None,
+        progress: Progress,
+    ) -> None:
+        run_debootstrap(
+            Path(root),
+            suite=suite,
+            mirror=mirror,
+            packages=packages,
+            keyring=keyring,
+            progress=progress,
+        )
+
+    def prepare(self, root: str, python_path: str, progress: Progress) -> PreparedTree:
+        tree = Path(root)
+        prepare_rootfs(tree, progress)
+        return PreparedTree(installed_packages(tree), has_file(tree, python_path))
+
+    def tar(self, root: str) -> Iterator[bytes]:
+        return tar_stream(root)

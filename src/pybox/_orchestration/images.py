@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from pybox._adapters.engine import Engine
 from pybox._adapters.host import apt_sources, base_mirror, os_codename
-from pybox._adapters.rootfs import (
-    Progress,
-    installed_packages,
-    prepare_rootfs,
-    require_tools,
-    run_debootstrap,
-    tar_stream,
-)
+from pybox._adapters.rootfs import LocalRootfsBuilder, Progress, RootfsBuilder
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, ImageBuildError, ImageError
 from pybox._core.images import (
@@ -45,15 +35,23 @@ class BuildPlan:
 
 
 def plan_stdlib(
-    engine: Engine, state: StateStore, *, mirror: str | None = None, suite: str | None = None
+    engine: Engine,
+    state: StateStore,
+    *,
+    mirror: str | None = None,
+    suite: str | None = None,
+    keyring: str | None = None,
 ) -> BuildPlan:
-    """What building the stdlib image would do, without doing it."""
+    """What building the stdlib image would do, without doing it.
+
+    The mirror and suite default to this machine's apt sources; `keyring` is
+    for an explicit mirror (the VM's copy of Debian's archive keyring on macOS).
+    """
     chosen_suite = suite or os_codename()
     if not chosen_suite:
         raise ConfigError(
             "Cannot tell this machine's Debian suite; pass --suite NAME (for example bookworm)."
         )
-    keyring: str | None = None
     if mirror:
         chosen_mirror, found_in = mirror.rstrip("/"), "--mirror"
     else:
@@ -79,22 +77,31 @@ def plan_stdlib(
 
 
 def build_stdlib(
-    engine: Engine, state: StateStore, plan: BuildPlan, progress: Progress, *, force: bool = False
+    engine: Engine,
+    state: StateStore,
+    plan: BuildPlan,
+    progress: Progress,
+    *,
+    force: bool = False,
+    builder: RootfsBuilder | None = None,
 ) -> ImageRecord:
-    """Bootstrap, strip, import and record the stdlib image."""
+    """Bootstrap, strip, import and record the stdlib image.
+
+    The tree is made by `builder`: on this machine by default, or inside
+    pybox's VM on macOS; the recipe, the preparation and the import are the same.
+    """
     if plan.up_to_date and not force and plan.recorded is not None:
         progress(f"stdlib is up to date ({plan.recorded.image_id[:19]}); nothing to build")
         return plan.recorded
-    require_tools()
+    builder = builder or LocalRootfsBuilder()
+    builder.require_tools(progress)
     recipe = plan.recipe
-    workdir = Path(tempfile.mkdtemp(prefix="pybox-build-"))
-    try:
-        root = workdir / "rootfs"
+    with builder.workspace(progress) as root:
         progress(
             f"bootstrapping Debian {recipe.suite} from {recipe.mirror} "
-            f"(found in {plan.mirror_found_in})"
+            f"(found in {plan.mirror_found_in}) on {builder.where}"
         )
-        run_debootstrap(
+        builder.bootstrap(
             root,
             suite=recipe.suite,
             mirror=recipe.mirror,
@@ -102,17 +109,16 @@ def build_stdlib(
             keyring=plan.keyring,
             progress=progress,
         )
-        prepare_rootfs(root, progress)
-        if not (root / STDLIB_PYTHON.lstrip("/")).exists():
+        tree = builder.prepare(root, STDLIB_PYTHON, progress)
+        if not tree.python_found:
             raise ImageBuildError(
                 f"The bootstrapped tree has no {STDLIB_PYTHON}; "
                 "the python3 package did not install."
             )
-        packages = installed_packages(root)
         repo, tag = plan.reference.split(":", 1)
         progress(f"importing into the engine as {plan.reference}")
         image_id = engine.import_image(
-            tar_stream(root),
+            builder.tar(root),
             repo=repo,
             tag=tag,
             changes=[
@@ -125,15 +131,13 @@ def build_stdlib(
                 f"LABEL io.pybox.recipe={recipe.hash}",
             ],
         )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     record = ImageRecord(
         name="stdlib",
         image_id=image_id,
         recipe_hash=recipe.hash,
         python_path=STDLIB_PYTHON,
         built_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        packages=packages,
+        packages=tree.packages,
         recipe=recipe.to_dict(),
     )
     state.record_image(record)

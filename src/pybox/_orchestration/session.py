@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
+from pybox._adapters.colima_build import VM_DEBIAN_KEYRING, VMRootfsBuilder, check_build_source
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.engine import Engine
 from pybox._adapters.host import current_owner, owner_alive
@@ -42,7 +43,6 @@ from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun
 from pybox._orchestration.outputs import FileMarker, publish
 from pybox._orchestration.platforms import Host, open_host
 from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
-from pybox._orchestration.vm import require_image_builder
 from pybox._version import __version__
 
 
@@ -203,14 +203,21 @@ class Session:
         return leftover_boxes(self.engine, self.is_owner_alive)
 
     def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
+        if self.platform == "colima":
+            # Checked before the VM is touched: a Mac has no apt sources to default to.
+            mirror, suite = check_build_source(mirror, suite)
+            return plan_stdlib(
+                self.engine, self.state, mirror=mirror, suite=suite, keyring=VM_DEBIAN_KEYRING
+            )
         return plan_stdlib(self.engine, self.state, mirror=mirror, suite=suite)
 
     def build_stdlib(
         self, plan: BuildPlan, progress: Progress, *, force: bool = False
     ) -> ImageRecord:
-        if self.platform == "colima" and not (plan.up_to_date and not force):
-            require_image_builder()
-        return build_stdlib(self.engine, self.state, plan, progress, force=force)
+        builder = None
+        if self.platform == "colima" and self.host is not None:
+            builder = VMRootfsBuilder(self.host.colima())
+        return build_stdlib(self.engine, self.state, plan, progress, force=force, builder=builder)
 
     def check_images(self) -> list[ImageStatus]:
         return check_images(self.engine, self.state)

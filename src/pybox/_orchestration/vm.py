@@ -8,7 +8,7 @@ command) and only acts with `--yes`.
 
 from __future__ import annotations
 
-import sys
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +21,27 @@ from pybox._adapters.colima import (
     VMSize,
     VMStatus,
 )
+from pybox._adapters.colima_build import (
+    SUDO,
+    VM_BUILD_TEMPLATE,
+    VM_BUILD_TOOLS,
+    VM_DEBIAN_KEYRING,
+    apt_install_command,
+    apt_update_command,
+    check_build_source,
+    mktemp_command,
+    prepare_command,
+    probe_command,
+    remove_command,
+)
+from pybox._adapters.rootfs import debootstrap_command, tar_command
 from pybox._core.errors import (
-    ImageBuildError,
     InvalidRequest,
     PlatformError,
     PyboxError,
     VMIsolationError,
 )
+from pybox._orchestration.images import STDLIB_PACKAGES, STDLIB_PYTHON
 from pybox._orchestration.platforms import Host, ToolPaths, make_colima, vm_size
 
 Progress = Callable[[str], None]
@@ -121,17 +135,6 @@ def delete_vm(colima: Colima) -> VMState:
     return vm_state(colima)
 
 
-def require_image_builder(system: str | None = None) -> None:
-    """The stdlib image is bootstrapped on the host with debootstrap: Linux only, so far."""
-    system = system or sys.platform
-    if system != "linux":
-        raise ImageBuildError(
-            "Building the stdlib image needs debootstrap on a Linux host, and pybox cannot "
-            f"build it on this system ({system}) yet: building it inside the VM is not "
-            "implemented (see docs/macos.md). The VM itself is set up and verified."
-        )
-
-
 # -- setup ----------------------------------------------------------------------------------
 
 
@@ -217,3 +220,68 @@ def colima_state_dict(colima: Colima | None, error: str | None = None) -> dict[s
         "lima_config": str(colima.lima_config),
     }
     return facts
+
+
+def check_vm_build_source(mirror: str | None, suite: str | None) -> tuple[str, str]:
+    """Refuse, before the VM is started, a build in it without an explicit mirror and suite."""
+    return check_build_source(mirror, suite)
+
+
+def plan_vm_image(colima: Colima, mirror: str | None, suite: str | None) -> list[SetupItem]:
+    """The image part of `pybox setup` on macOS: every command run in the VM, every download."""
+    items: list[SetupItem] = []
+    try:
+        mirror, suite = check_build_source(mirror, suite)
+    except PyboxError as exc:
+        items.append(SetupItem("missing", str(exc)))
+        mirror, suite = mirror or "<--mirror URL>", suite or "<--suite NAME>"
+    else:
+        items.append(SetupItem("check", f"Debian mirror {mirror}, suite {suite} (from the flags)"))
+
+    def in_vm(command: list[str]) -> str:
+        return shlex.join(["colima", *colima.ssh_args(command)])  # as one would type it
+
+    tools = ", ".join(VM_BUILD_TOOLS)
+    folder = VM_BUILD_TEMPLATE
+    root = f"{folder}/rootfs"
+    items += [
+        SetupItem("command", f"{in_vm(probe_command())} (are the build tools in the VM?)"),
+        SetupItem(
+            "command",
+            f"{in_vm(apt_update_command())}, then "
+            f"{in_vm(apt_install_command(VM_BUILD_TOOLS))}: only the missing ones, installed "
+            "in pybox's own VM, never on your Mac",
+        ),
+        SetupItem(
+            "download", f"the VM's Ubuntu packages of {tools} if missing, from its apt sources"
+        ),
+        SetupItem("command", f"{in_vm(mktemp_command())} (a build folder in the VM)"),
+        SetupItem(
+            "command",
+            in_vm(
+                [
+                    *SUDO,
+                    *debootstrap_command(
+                        root,
+                        suite=suite,
+                        mirror=mirror,
+                        packages=STDLIB_PACKAGES,
+                        keyring=VM_DEBIAN_KEYRING,
+                    ),
+                ]
+            ),
+        ),
+        SetupItem("download", f"the Debian packages of python3 and a minimal base from {mirror}"),
+        SetupItem(
+            "command",
+            f"{in_vm(prepare_command(root, STDLIB_PYTHON))} with pybox's rootfs_prepare.py on "
+            "stdin (the same preparation as on Linux)",
+        ),
+        SetupItem(
+            "command",
+            f"{in_vm([*SUDO, *tar_command(root)])}, streamed into the engine's image import, "
+            "recorded in images.json",
+        ),
+        SetupItem("command", f"{in_vm(remove_command(folder))} (always, even on failure)"),
+    ]
+    return items

@@ -24,7 +24,15 @@ from pybox._frontends.cli._common import (
 from pybox._orchestration.doctor import READY_COMMAND
 from pybox._orchestration.images import BuildPlan
 from pybox._orchestration.session import Session
-from pybox._orchestration.vm import colima_of, plan_colima_vm, size_of, start_vm, stop_vm
+from pybox._orchestration.vm import (
+    check_vm_build_source,
+    colima_of,
+    plan_colima_vm,
+    plan_vm_image,
+    size_of,
+    start_vm,
+    stop_vm,
+)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -83,13 +91,16 @@ def _setup_colima(args: argparse.Namespace, session: Session) -> int:
         return EXIT_PYBOX_FAILED
     _report_state(session, args.yes)
     say(
-        "  image:  the stdlib image is built into the VM's engine once it runs (Debian "
-        "packages downloaded from a mirror; on macOS name it with --mirror URL --suite NAME)"
+        "  image:  the stdlib image is built inside the VM, unless it is already built and "
+        "recorded:"
     )
+    for item in plan_vm_image(colima, args.mirror, args.suite):
+        say(f"    {labels.get(item.kind, item.kind)}: {item.text}")
     say("  then:   run print(6*7) in a fresh box, then stop the VM")
     if not args.yes:
         say("Run `pybox setup --yes` to do this.")
         return 0
+    check_vm_build_source(args.mirror, args.suite)  # before the VM is started
     start_vm(colima, size, progress)
     try:
         plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
@@ -264,9 +275,10 @@ def cmd_image_list(args: argparse.Namespace) -> int:
 
 def _add_build_source_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--mirror", help="Debian mirror URL (default: from this machine's apt sources)"
+        "--mirror",
+        help="Debian mirror URL (default: from this machine's apt sources; required on macOS)",
     )
-    parser.add_argument("--suite", help="Debian suite (default: this machine's)")
+    parser.add_argument("--suite", help="Debian suite (default: this machine's; required on macOS)")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
 
 
