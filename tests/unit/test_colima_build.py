@@ -355,3 +355,23 @@ def test_the_preparation_program_runs_as_python_stdin(tmp_path: Path) -> None:
         .endswith("sandbox:x:1000:1000:pybox sandbox:/pybox/work:/usr/sbin/nologin\n")
     )
     assert (root / "pybox").is_dir() and (root / "etc/hostname").read_text() == "pybox\n"
+
+
+def test_the_mirror_and_suite_can_come_from_the_config_file(
+    colima_env: Path,  # noqa: F811
+    fake: FakeColima,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = tmp_path / "pybox.toml"
+    config.write_text(f'[colima]\nmirror = "{MIRROR}"\nsuite = "bookworm"\n')
+    assert main(["--config", str(config), "setup"]) == 0
+    err = capsys.readouterr().err
+    assert f"Debian mirror {MIRROR} (from the config file's [colima] mirror), suite" in err
+    assert "MISSING" not in err
+    # With the source from the config file, the stopped VM is what ends the build.
+    assert main(["--config", str(config), "image", "build", "stdlib"]) == 125
+    assert "The pybox VM (Colima profile pybox) is not running" in capsys.readouterr().err
+    config.write_text("[colima]\nmirror = 3\n")
+    assert main(["--config", str(config), "setup"]) == 2
+    assert "colima.mirror must be a string, not 3" in capsys.readouterr().err

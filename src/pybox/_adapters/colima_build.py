@@ -58,7 +58,8 @@ def check_build_source(mirror: str | None, suite: str | None) -> tuple[str, str]
         raise ConfigError(
             "Building the stdlib image in pybox's VM needs the Debian mirror and suite named "
             f"explicitly (a Mac has no apt sources to read them from): pass {missing}, for "
-            "example the mirror your Linux machines use and the suite bookworm."
+            "example the mirror your Linux machines use and the suite bookworm, or set "
+            "mirror and suite in the [colima] table of the config file."
         )
     mirror = mirror.rstrip("/")
     if not MIRROR_RE.fullmatch(mirror):

@@ -34,18 +34,29 @@ POOL_ENV = {
 }
 CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "pool", "repair", "platform", "colima")
 PLATFORMS = ("auto", "linux", "colima")
-COLIMA_KEYS = {"colima": str, "docker": str, "cpus": int, "memory_gib": int, "disk_gib": int}
+COLIMA_KEYS = {
+    "colima": str,
+    "docker": str,
+    "cpus": int,
+    "memory_gib": int,
+    "disk_gib": int,
+    "mirror": str,
+    "suite": str,
+}
 
 
 @dataclass(frozen=True)
 class ColimaSettings:
-    """The `[colima]` table: explicit tool paths and the VM's size (macOS)."""
+    """The `[colima]` table: explicit tool paths, the VM's size, and the Debian
+    mirror and suite the stdlib image is built from in the VM (macOS)."""
 
     colima: str | None = None
     docker: str | None = None
     cpus: int = 2
     memory_gib: int = 2
     disk_gib: int = 20
+    mirror: str | None = None
+    suite: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,13 @@ def _colima_settings(data: Any, path: Path) -> ColimaSettings:
     for key, value in data.items():
         kind = COLIMA_KEYS[key]
         if type(value) is not kind or (isinstance(value, int) and value < 1):
-            what = "a positive whole number" if kind is int else "a path string"
+            what = (
+                "a positive whole number"
+                if kind is int
+                else "a path string"
+                if key in ("colima", "docker")
+                else "a string"
+            )
             raise ConfigError(f"{path}: colima.{key} must be {what}, not {value!r}.")
     return ColimaSettings(**data)
 

@@ -41,6 +41,7 @@ def plan_stdlib(
     mirror: str | None = None,
     suite: str | None = None,
     keyring: str | None = None,
+    mirror_found_in: str = "--mirror",
 ) -> BuildPlan:
     """What building the stdlib image would do, without doing it.
 
@@ -53,7 +54,7 @@ def plan_stdlib(
             "Cannot tell this machine's Debian suite; pass --suite NAME (for example bookworm)."
         )
     if mirror:
-        chosen_mirror, found_in = mirror.rstrip("/"), "--mirror"
+        chosen_mirror, found_in = mirror.rstrip("/"), mirror_found_in
     else:
         source = base_mirror(apt_sources(), chosen_suite)
         chosen_mirror, found_in, keyring = source.uri, source.origin, source.keyring

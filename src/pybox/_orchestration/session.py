@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
-from pybox._adapters.colima_build import VM_DEBIAN_KEYRING, VMRootfsBuilder, check_build_source
+from pybox._adapters.colima_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.engine import Engine
 from pybox._adapters.host import current_owner, owner_alive
@@ -43,6 +43,7 @@ from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun
 from pybox._orchestration.outputs import FileMarker, publish
 from pybox._orchestration.platforms import Host, open_host
 from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
+from pybox._orchestration.vm import vm_build_source
 from pybox._version import __version__
 
 
@@ -203,11 +204,17 @@ class Session:
         return leftover_boxes(self.engine, self.is_owner_alive)
 
     def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
-        if self.platform == "colima":
+        if self.platform == "colima" and self.host is not None:
             # Checked before the VM is touched: a Mac has no apt sources to default to.
-            mirror, suite = check_build_source(mirror, suite)
+            source = vm_build_source(self.host, mirror, suite)
+            mirror, suite = source.checked()
             return plan_stdlib(
-                self.engine, self.state, mirror=mirror, suite=suite, keyring=VM_DEBIAN_KEYRING
+                self.engine,
+                self.state,
+                mirror=mirror,
+                suite=suite,
+                keyring=VM_DEBIAN_KEYRING,
+                mirror_found_in=source.found_in,
             )
         return plan_stdlib(self.engine, self.state, mirror=mirror, suite=suite)
 

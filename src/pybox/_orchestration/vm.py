@@ -222,21 +222,38 @@ def colima_state_dict(colima: Colima | None, error: str | None = None) -> dict[s
     return facts
 
 
-def check_vm_build_source(mirror: str | None, suite: str | None) -> tuple[str, str]:
-    """Refuse, before the VM is started, a build in it without an explicit mirror and suite."""
-    return check_build_source(mirror, suite)
+@dataclass(frozen=True)
+class VMBuildSource:
+    """The Debian mirror and suite for a build in the VM, and where they came from."""
+
+    mirror: str | None
+    suite: str | None
+    found_in: str
+
+    def checked(self) -> tuple[str, str]:
+        """Refuse (before the VM is touched) a missing or unusual mirror or suite."""
+        return check_build_source(self.mirror, self.suite)
 
 
-def plan_vm_image(colima: Colima, mirror: str | None, suite: str | None) -> list[SetupItem]:
+def vm_build_source(host: Host, mirror: str | None, suite: str | None) -> VMBuildSource:
+    """The flags, else the `[colima]` table's `mirror` and `suite` (a Mac has no apt sources)."""
+    configured = host.settings.colima
+    found_in = "--mirror" if mirror else "the config file's [colima] mirror"
+    return VMBuildSource(mirror or configured.mirror, suite or configured.suite, found_in)
+
+
+def plan_vm_image(colima: Colima, source: VMBuildSource) -> list[SetupItem]:
     """The image part of `pybox setup` on macOS: every command run in the VM, every download."""
     items: list[SetupItem] = []
     try:
-        mirror, suite = check_build_source(mirror, suite)
+        mirror, suite = source.checked()
     except PyboxError as exc:
         items.append(SetupItem("missing", str(exc)))
-        mirror, suite = mirror or "<--mirror URL>", suite or "<--suite NAME>"
+        mirror, suite = source.mirror or "<--mirror URL>", source.suite or "<--suite NAME>"
     else:
-        items.append(SetupItem("check", f"Debian mirror {mirror}, suite {suite} (from the flags)"))
+        items.append(
+            SetupItem("check", f"Debian mirror {mirror} (from {source.found_in}), suite {suite}")
+        )
 
     def in_vm(command: list[str]) -> str:
         return shlex.join(["colima", *colima.ssh_args(command)])  # as one would type it

@@ -25,13 +25,13 @@ from pybox._orchestration.doctor import READY_COMMAND
 from pybox._orchestration.images import BuildPlan
 from pybox._orchestration.session import Session
 from pybox._orchestration.vm import (
-    check_vm_build_source,
     colima_of,
     plan_colima_vm,
     plan_vm_image,
     size_of,
     start_vm,
     stop_vm,
+    vm_build_source,
 )
 
 
@@ -94,13 +94,14 @@ def _setup_colima(args: argparse.Namespace, session: Session) -> int:
         "  image:  the stdlib image is built inside the VM, unless it is already built and "
         "recorded:"
     )
-    for item in plan_vm_image(colima, args.mirror, args.suite):
+    source = vm_build_source(host, args.mirror, args.suite)
+    for item in plan_vm_image(colima, source):
         say(f"    {labels.get(item.kind, item.kind)}: {item.text}")
     say("  then:   run print(6*7) in a fresh box, then stop the VM")
     if not args.yes:
         say("Run `pybox setup --yes` to do this.")
         return 0
-    check_vm_build_source(args.mirror, args.suite)  # before the VM is started
+    source.checked()  # before the VM is started
     start_vm(colima, size, progress)
     try:
         plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
