@@ -115,3 +115,25 @@ def test_a_crashed_owners_pool_is_swept_like_any_leftover(
     receipt = fresh.run(RunRequest(code=b"print(1)")).receipt
     assert receipt.observed_by_pybox.leftovers_swept >= 2
     assert all(engine.inspect_container(str(b["Id"])) is None for b in waiting)
+
+
+def test_a_waiting_box_killed_by_someone_else_is_never_handed_out(engine: Engine) -> None:
+    with Client() as client:
+        assert client.warm_up(wait_s=60)
+        (waiting,) = owned_by(engine, os.getpid())
+        engine.kill_container(str(waiting["Id"]))
+        deadline = time.monotonic() + 10
+        while True:  # wait until the engine has it as stopped
+            found = engine.inspect_container(str(waiting["Id"]))
+            if found is None or found["State"]["Status"] != "running":
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.2)
+        result = client.run("print(6*7)")
+        assert result.stdout == "42\n" and result.status == "succeeded"
+        assert result.receipt.observed_by_engine.container_id != waiting["Id"]
+        deadline = time.monotonic() + 15
+        while engine.inspect_container(str(waiting["Id"])) is not None:
+            assert time.monotonic() < deadline, "the dead waiting box was not removed"
+            time.sleep(0.1)

@@ -180,6 +180,9 @@ class FakeAttach:
     def fileno(self) -> int:
         return -1
 
+    def has_pending(self) -> bool:
+        return bool(self.outgoing) or self.ended or self.container.killed
+
     def close(self) -> None:
         self.closed = True
 
@@ -198,6 +201,9 @@ class FakeExecStream:
 
     def fileno(self) -> int:
         return -1
+
+    def has_pending(self) -> bool:
+        return True
 
     def close(self) -> None:
         pass

@@ -219,3 +219,25 @@ def test_a_replacement_waits_until_the_run_is_done(engine: FakeEngine, state: St
         assert pool.wait_ready(key, 5.0)
     finally:
         assert pool.close() == []
+
+
+def test_a_waiting_box_that_died_is_skipped_and_removed(
+    pooled: Session, engine: FakeEngine
+) -> None:
+    engine.script = Script(stdout=b"42\n")
+    assert pooled.warm_up(wait_s=5.0)
+    (dead,) = [c for c in engine.containers.values() if c.state == "running"]
+    dead.state, dead.killed = "exited", True  # ended while it waited, by anyone
+    outcome = pooled.run(RunRequest(code=b"print(6*7)\n"))
+    assert outcome.receipt.status is Status.SUCCEEDED
+    assert outcome.receipt.observed_by_pybox.box_source == "fresh"
+    wait_for(lambda: dead.container_id not in engine.containers)
+
+
+def test_a_warm_box_waits_for_its_bootstrap_to_report_ready(
+    pooled: Session, engine: FakeEngine
+) -> None:
+    assert pooled.warm_up(wait_s=5.0)
+    (waiting,) = [a for a in engine.attachments if a.started]
+    # The pool read the bootstrap's ready report; nothing is left unread.
+    assert not waiting.has_pending()

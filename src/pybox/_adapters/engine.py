@@ -92,6 +92,10 @@ class AttachStream(Protocol):
 
     def fileno(self) -> int: ...
 
+    def has_pending(self) -> bool:
+        """True when output, or the end of the stream, is waiting to be read."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -213,6 +217,15 @@ class DockerAttachStream:
 
     def fileno(self) -> int:
         return self._sock.fileno()
+
+    def has_pending(self) -> bool:
+        if self._buffer or self._ended:
+            return True
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+        except (OSError, ValueError):
+            return True  # a connection that cannot be polled is no good either
+        return bool(readable)
 
     def send(self, data: bytes) -> None:
         self._sock.settimeout(DEFAULT_TIMEOUT_S)

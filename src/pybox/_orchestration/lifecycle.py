@@ -190,7 +190,9 @@ class WarmBox:
     stream: AttachStream
     sampler: Sampler | None
     created_at: str
-    ready_at: float  # monotonic: verified and started
+    ready_at: float  # monotonic: verified, started, and its bootstrap ready
+    ready: dict[str, Any]  # the bootstrap's ready report (untrusted, like all it says)
+    decoder: wire.FrameDecoder  # holds anything that arrived after the report
 
 
 class BoxRun:
@@ -323,9 +325,11 @@ class BoxRun:
                 self.sampler = self.context.sampler_factory(self.container_id)
                 if self.sampler is not None:
                     self.sampler.sample(force=True)
-            elif self.sampler is not None and self.sampler.sample(force=True):
-                # Counted totals start when the code arrives, not when the box did.
-                self.kernel_baseline, _ = self.sampler.observation()
+            else:
+                self._bootstrap_ready(self.warm.ready)
+                if self.sampler is not None and self.sampler.sample(force=True):
+                    # Counted totals start when the code arrives, not when the box did.
+                    self.kernel_baseline, _ = self.sampler.observation()
             self._send_payload(stream)
             self._watch(stream)
         finally:
@@ -358,7 +362,7 @@ class BoxRun:
 
     def _watch(self, stream: AttachStream) -> None:
         assert self.container_id is not None
-        decoder = wire.FrameDecoder()
+        decoder = self.warm.decoder if self.warm is not None else wire.FrameDecoder()
         deadline = self.marks["code_sent"] + self.limits.timeout_s
         drain_until: float | None = None
         next_sample = time.monotonic() + SAMPLE_INTERVAL_S
@@ -421,32 +425,38 @@ class BoxRun:
         elif kind == wire.K_STARTED:
             self._mark("program_started")
         elif kind == wire.K_READY:
-            self._mark("bootstrap_ready")
-            if frame.json().get("nondumpable") is not True:
-                self.unknown.append(
-                    Unknown(
-                        "the bootstrap's protection from the program",
-                        "the box reports PID 1 could not make itself non-dumpable, so the "
-                        "program may be able to trace it (everything the box reports is "
-                        "untrusted either way)",
-                    )
-                )
+            self._bootstrap_ready(frame.json())
         elif kind == wire.K_ERROR:
             message = frame.json().get("message")
             self.bootstrap_error = str(message)[:2000]
         elif kind == wire.K_EXIT and self.exit_info is None:
-            self.exit_info = frame.json()
-            self._mark("program_ended")
-            # The box is still there (it waits for the acknowledgement): last sample.
-            if self.sampler is not None:
-                self.sampler.sample(force=True)
-            if self.files is None or self.exit_info.get("backstop"):
-                stream.send(wire.ACK)
-            return True
+            return self._exit_reported(frame, stream)
         elif kind == wire.K_FILES_DONE and self.exit_info is not None and self.files_report is None:
             self.files_report = frame.json()
             stream.send(wire.ACK)
         return False
+
+    def _bootstrap_ready(self, report: dict[str, Any]) -> None:
+        self._mark("bootstrap_ready")
+        if report.get("nondumpable") is not True:
+            self.unknown.append(
+                Unknown(
+                    "the bootstrap's protection from the program",
+                    "the box reports PID 1 could not make itself non-dumpable, so the "
+                    "program may be able to trace it (everything the box reports is "
+                    "untrusted either way)",
+                )
+            )
+
+    def _exit_reported(self, frame: wire.Frame, stream: AttachStream) -> bool:
+        self.exit_info = frame.json()
+        self._mark("program_ended")
+        # The box is still there (it waits for the acknowledgement): last sample.
+        if self.sampler is not None:
+            self.sampler.sample(force=True)
+        if self.files is None or self.exit_info.get("backstop"):
+            stream.send(wire.ACK)
+        return True
 
     def _kill(self, *, deadline_kill: bool) -> None:
         """Record the kill, then ask the engine for it without waiting on the answer.

@@ -22,8 +22,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from pybox._core.errors import EngineError, PyboxError
+from pybox._adapters.engine import AttachStream
+from pybox._core import wire
+from pybox._core.errors import EngineError, PyboxError, SandboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
 from pybox._core.pool import PoolSettings
@@ -44,6 +47,8 @@ FAILURE_BACKOFF_S = (1.0, 5.0, 30.0, 120.0)
 # A replacement waits until the run that took a box is done (or this long):
 # starting a box competes for the CPUs with the run's own end and teardown.
 REFILL_HOLD_S = 1.0
+# How long a started box's bootstrap has to report ready before it is refused.
+READY_WAIT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class WarmPool:
         self._closed = False
         self._worker: threading.Thread | None = None
         self._taken = self._missed = self._started = self._failed = 0
+        self._dead: list[WarmBox] = []  # waiting boxes found unusable, to remove
 
     # -- what runs see ---------------------------------------------------------------
 
@@ -123,10 +129,20 @@ class WarmPool:
             if profile is None or not profile.waiting:
                 self._missed += 1
                 return None
-            self._taken += 1
-            profile.in_use += 1
-            profile.hold_until = time.monotonic() + REFILL_HOLD_S
-            return profile.waiting.pop(0)
+            while profile.waiting:
+                box = profile.waiting.pop(0)
+                # A waiting box says nothing until its code arrives: anything waiting
+                # to be read (or the end of its stream) means it is no longer usable.
+                if box.stream.has_pending():
+                    self._dead.append(box)
+                    self._cond.notify_all()
+                    continue
+                self._taken += 1
+                profile.in_use += 1
+                profile.hold_until = time.monotonic() + REFILL_HOLD_S
+                return box
+            self._missed += 1
+            return None
 
     def done(self, key: PoolKey) -> None:
         """The run that took a box of this profile has ended: refill now."""
@@ -170,7 +186,8 @@ class WarmPool:
         """Stop refilling and remove every waiting box; names not confirmed gone."""
         with self._cond:
             self._closed = True
-            boxes = [box for p in self._profiles.values() for box in p.waiting]
+            boxes = [box for p in self._profiles.values() for box in p.waiting] + self._dead
+            self._dead = []
             for profile in self._profiles.values():
                 profile.waiting.clear()
             self._cond.notify_all()
@@ -204,8 +221,10 @@ class WarmPool:
             for p in self._profiles.values()
         )
 
-    def _next_job(self, now: float) -> tuple[str, _Profile, WarmBox | None] | None:
+    def _next_job(self, now: float) -> tuple[str, _Profile | None, WarmBox | None] | None:
         """Caller holds the lock: what to do next, in order of urgency."""
+        if self._dead:
+            return "discard", None, self._dead.pop(0)
         idle_s = self.settings.idle_s
         for key, profile in list(self._profiles.items()):
             if now - profile.last_asked > idle_s:
@@ -244,8 +263,8 @@ class WarmPool:
             action, profile, box = job
             if action == "discard" and box is not None:
                 self._discard(box)
-                continue
-            self._start_one(profile)
+            elif profile is not None:
+                self._start_one(profile)
 
     def _start_one(self, profile: _Profile) -> None:
         try:
@@ -311,6 +330,8 @@ class WarmPool:
             sampler = context.sampler_factory(container_id)
             if sampler is not None:
                 sampler.sample(force=True)
+            decoder = wire.FrameDecoder()
+            ready = _await_ready(stream, decoder)
             return WarmBox(
                 spec=spec,
                 container_id=container_id,
@@ -319,6 +340,8 @@ class WarmPool:
                 sampler=sampler,
                 created_at=created_at,
                 ready_at=time.monotonic(),
+                ready=ready,
+                decoder=decoder,
             )
         except BaseException:
             if stream is not None:
@@ -341,3 +364,33 @@ class WarmPool:
         if confirmed:
             context.state.finish_attempt(run_id)
         return confirmed
+
+
+def _await_ready(stream: AttachStream, decoder: wire.FrameDecoder) -> dict[str, Any]:
+    """Wait for the bootstrap's ready report: only a box whose bootstrap is up waits."""
+    deadline = time.monotonic() + READY_WAIT_S
+    diagnostics = bytearray()
+    while (left := deadline - time.monotonic()) > 0:
+        chunk = stream.read(left)
+        if chunk is None:
+            continue
+        source, data = chunk
+        if source == 0:
+            break
+        if source == 2:
+            diagnostics += data[: 2000 - len(diagnostics)]
+            continue
+        frames = list(decoder.feed(data))
+        if frames:
+            if len(frames) > 1 or frames[0].kind != wire.K_READY:
+                kinds = [frame.kind for frame in frames]
+                raise SandboxError(
+                    f"A warm box's bootstrap sent {kinds} before its code arrived; "
+                    "only its ready report was expected."
+                )
+            return frames[0].json()
+    said = diagnostics.decode("utf-8", "replace").strip()
+    raise SandboxError(
+        f"A warm box's bootstrap did not report ready within {READY_WAIT_S:g} s"
+        + (f": {said}" if said else ".")
+    )
