@@ -6,14 +6,17 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from pybox._adapters.state import StateStore
-from pybox._core.errors import ConfigError
+from pybox._core.errors import ConfigError, LimitExceeded
+from pybox._core.request import RunRequest
 from pybox._frontends import cli
 from pybox._frontends.mcp import ServerOptions, operator_environ, register
+from pybox._frontends.mcp._runs import Run, RunRegistry
 from pybox._orchestration.session import Session
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
@@ -112,3 +115,33 @@ def test_a_bad_operator_flag_is_named() -> None:
     args = parse(["mcp", "--max-memory", "lots"])
     with pytest.raises(ConfigError, match="--max-memory"):
         operator_environ(args, {})
+
+
+def test_simultaneous_starts_never_exceed_the_cap(engine: FakeEngine, state: StateStore) -> None:
+    """The cap is checked where the run is registered, under one lock."""
+    engine.script = Script(hang=True)
+    session = make_session(engine, state)
+    registry = RunRegistry(session)
+    request = RunRequest(code=b"")
+    limits = session.resolve(request)
+    barrier = threading.Barrier(8)
+    started: list[Run] = []
+    refused: list[LimitExceeded] = []
+
+    def start() -> None:
+        barrier.wait()
+        try:
+            started.append(registry.start(request, limits, max_running=2))
+        except LimitExceeded as exc:
+            refused.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert len(started) == 2 and len(refused) == 6
+    finally:
+        registry.close()
+    assert engine.containers == {}

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pybox._core.errors import PyboxError
+from pybox._core.errors import LimitExceeded, PyboxError
 from pybox._core.limits import Limits
 from pybox._core.request import RunRequest
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
@@ -67,12 +67,28 @@ class RunRegistry:
         self._closed = False
 
     def start(
-        self, request: RunRequest, limits: Limits, on_done: Callable[[Run], None] | None = None
+        self,
+        request: RunRequest,
+        limits: Limits,
+        on_done: Callable[[Run], None] | None = None,
+        *,
+        max_running: int | None = None,
     ) -> Run:
-        """Start `request` (already checked by `Session.resolve`) in a new thread."""
+        """Start `request` (already checked by `Session.resolve`) in a new thread.
+
+        The cap on runs at once is checked under the same lock that registers
+        the run, so simultaneous calls cannot exceed it.
+        """
         with self._lock:
             if self._closed:
                 raise PyboxError("The MCP server is shutting down; no new run is started.")
+            running = sum(1 for run in self._runs.values() if run.running)
+            if max_running is not None and running >= max_running:
+                raise LimitExceeded(
+                    f"{running} runs are going; this server runs at most {max_running} at "
+                    "once. Wait for one (get_run with wait_s) or stop one (stop_run), then "
+                    "try again."
+                )
             run_id = secrets.token_hex(8)
             files_dir = self._new_files_dir(run_id) if request.collect_outputs else None
             run = Run(run_id, request, limits, files_dir)

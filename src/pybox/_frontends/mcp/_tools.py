@@ -539,13 +539,6 @@ class Toolbox:
                 )
             limits = self.session.resolve(request)
             self.session.image(request.image)
-            running = self.registry.running_count()
-            if running >= self.options.max_running:
-                raise LimitExceeded(
-                    f"{running} runs are going; this server runs at most "
-                    f"{self.options.max_running} at once. Wait for one (get_run with wait_s) "
-                    "or stop one (stop_run), then try again."
-                )
         except PyboxError as exc:
             return text_result(f"{tool} refused: {exc}", is_error=True)
         return request, limits
@@ -564,7 +557,9 @@ class Toolbox:
 
     def _start(self, request: RunRequest, limits: Limits) -> Run | JSONObject:
         try:
-            return self.registry.start(request, limits)
+            return self.registry.start(request, limits, max_running=self.options.max_running)
+        except LimitExceeded as exc:
+            return text_result(f"The run was refused: {exc}", is_error=True)
         except PyboxError as exc:
             return text_result(f"The run was not started: {exc}", is_error=True)
 
