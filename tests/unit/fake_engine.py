@@ -152,7 +152,8 @@ class FakeAttach:
         self.container.oom_killed = script.oom_killed
 
     def _end(self, exit_code: int) -> None:
-        self.container.state = "exited"
+        # With `late_exit`, the engine records the end only once someone waits for it.
+        self.container.state = "running" if self.engine.late_exit else "exited"
         self.container.exit_code = exit_code
         self.ended = True
 
@@ -230,6 +231,7 @@ class FakeEngine:
             TEST_IMAGE_ID: labelled_image(TEST_IMAGE_ID, "stdlib", TEST_RECIPE_HASH)
         }
         self.ncpu = 2
+        self.late_exit = False
         self._next = 0
         self.exec_script: ExecScript = lambda argv: (0, b"")
         self.execs: dict[str, tuple[str, list[str], int, bytes]] = {}
@@ -308,6 +310,7 @@ class FakeEngine:
             "ResolvConfPath": "",
             "State": {
                 "Status": container.state,
+                "Running": container.state == "running",
                 "ExitCode": container.exit_code,
                 "OOMKilled": container.oom_killed,
                 "StartedAt": "2026-01-01T00:00:01Z",
@@ -345,7 +348,9 @@ class FakeEngine:
 
     def wait_container(self, container_id: str, timeout_s: float) -> int:
         self._call("wait", container_id)
-        return self.containers[container_id].exit_code
+        container = self.containers[container_id]
+        container.state = "exited"
+        return container.exit_code
 
     def remove_container(self, container_id: str) -> bool:
         self._call("remove", container_id)

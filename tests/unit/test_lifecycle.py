@@ -51,8 +51,9 @@ def test_success_runs_the_lifecycle_in_order(
     operations = [name for name, _ in engine.calls]
     # image checked, create, read back, attach, start ... then remove and confirm.
     assert operations[:6] == ["inspect_image", "list", "create", "inspect", "attach", "start"]
-    assert operations[-2:] == ["remove", "inspect"]
-    assert operations.index("wait") < operations.index("remove")
+    # The engine had recorded the end by the final inspect, so there is nothing to wait for.
+    assert operations[-3:] == ["inspect", "remove", "inspect"]
+    assert "wait" not in operations
     assert_clean(engine, state)
 
 
@@ -172,6 +173,7 @@ def test_engine_failure_halfway_still_removes_the_box(
 ) -> None:
     session = make_session(engine, state)
     engine.fail[operation] = EngineUnavailable("engine went away")
+    engine.late_exit = operation == "wait"  # otherwise nothing needs waiting for
     outcome = session.run(request())
     if operation == "wait":
         # The program finished; only the engine's final view is missing.
@@ -288,3 +290,15 @@ def test_leftovers_of_dead_owners_are_swept_first(engine: FakeEngine, state: Sta
     assert receipt.observed_by_pybox.leftovers_swept == 1
     assert engine.containers == {}
     assert state.attempts() == {}
+
+
+def test_an_end_the_engine_has_not_recorded_yet_is_waited_for(
+    session: Session, engine: FakeEngine
+) -> None:
+    engine.script = Script(stdout=b"42\n", exit_code=3)
+    engine.late_exit = True
+    receipt = session.run(request()).receipt
+    operations = [name for name, _ in engine.calls]
+    assert operations[-5:] == ["inspect", "wait", "inspect", "remove", "inspect"]
+    assert receipt.observed_by_engine.exit_code == 3
+    assert receipt.observed_by_engine.state == "exited"

@@ -518,10 +518,14 @@ class BoxRun:
                 self.removal_confirmed = True
                 return
             try:
-                if self.exit_info is not None:
-                    engine.wait_container(container_id, timeout_s=5.0)
                 if "started" in self.marks or self.warm is not None:
                     self.final_inspect = engine.inspect_container(container_id)
+                    state = (self.final_inspect or {}).get("State") or {}
+                    if self.exit_info is not None and state.get("Running"):
+                        # The box reported its end but the engine has not recorded
+                        # it yet: wait for the engine's own exit code.
+                        engine.wait_container(container_id, timeout_s=5.0)
+                        self.final_inspect = engine.inspect_container(container_id)
             except EngineError as exc:
                 self.unknown.append(Unknown("the engine's final view of the box", str(exc)))
             self.removal_confirmed = remove_and_confirm(engine, container_id)
