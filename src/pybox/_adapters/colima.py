@@ -282,20 +282,8 @@ class Colima:
         timeout_s: float = COMMAND_TIMEOUT_S,
         input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        argv = [self.colima.path, *args]
         try:
-            return subprocess.run(
-                argv,
-                input=input_text,
-                stdin=subprocess.DEVNULL if input_text is None else None,
-                capture_output=True,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                env=self.environment(),
-                timeout=timeout_s,
-                check=False,
-            )
+            return self._capture([self.colima.path, *args], timeout_s, input_text)
         except subprocess.TimeoutExpired:
             raise PlatformError(
                 f"`colima {' '.join(args)}` did not finish within {timeout_s:g} s. Check the VM "
@@ -303,6 +291,23 @@ class Colima:
             ) from None
         except OSError as exc:
             raise PlatformError(f"Cannot run {self.colima.path}: {exc.strerror or exc}.") from exc
+
+    def _capture(
+        self, argv: list[str], timeout_s: float, input_text: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a trusted tool (argv, never a shell) in pybox's own small environment."""
+        return subprocess.run(
+            argv,
+            input=input_text,
+            stdin=subprocess.DEVNULL if input_text is None else None,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            env=self.environment(),
+            timeout=timeout_s,
+            check=False,
+        )
 
     def _checked(self, args: Sequence[str], *, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
         result = self.run(args, timeout_s=timeout_s)
@@ -338,17 +343,7 @@ class Colima:
         if self.docker is None:
             return None
         try:
-            result = subprocess.run(
-                [self.docker.path, "--version"],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                env=self.environment(),
-                timeout=COMMAND_TIMEOUT_S,
-                check=False,
-            )
+            result = self._capture([self.docker.path, "--version"], COMMAND_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise PlatformError(f"Cannot run {self.docker.path} --version: {exc}.") from exc
         match = _DOCKER_VERSION_RE.search(result.stdout)

@@ -650,23 +650,30 @@ class DockerEngine:
     # An empty credential: pybox pushes and pulls only where no login is needed.
     _NO_AUTH = {"X-Registry-Auth": base64.urlsafe_b64encode(b"{}").decode()}
 
-    def push_image(self, repo: str, tag: str) -> str:
-        """Push `repo:tag`; the registry's manifest digest."""
+    def _registry_events(
+        self, what: str, path: str, query: Mapping[str, str]
+    ) -> tuple[list[JSONObject], bytes]:
+        """A push or pull: refused outright, or a stream of progress events."""
         status, raw = self._request(
-            "POST",
-            f"/images/{urllib.parse.quote(repo, safe='')}/push",
-            query={"tag": tag},
-            extra_headers=self._NO_AUTH,
-            timeout_s=1800.0,
+            "POST", path, query=query, extra_headers=self._NO_AUTH, timeout_s=1800.0
         )
         if status != 200:
             message = _engine_message(raw)
             raise EngineAPIError(
-                f"The engine refused to push {repo}:{tag} (HTTP {status}): {message}",
+                f"The engine could not {what} (HTTP {status}): {message}",
                 status=status,
                 engine_message=message,
             )
-        for event in self._stream_events(f"push {repo}:{tag}", raw):
+        return self._stream_events(what, raw), raw
+
+    def push_image(self, repo: str, tag: str) -> str:
+        """Push `repo:tag`; the registry's manifest digest."""
+        events, raw = self._registry_events(
+            f"push {repo}:{tag}",
+            f"/images/{urllib.parse.quote(repo, safe='')}/push",
+            {"tag": tag},
+        )
+        for event in events:
             aux = event.get("aux")
             if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
                 return str(aux["Digest"])
@@ -674,21 +681,11 @@ class DockerEngine:
 
     def pull_image(self, repo: str, digest: str, platform: str) -> None:
         """Pull exactly `repo@digest` for `platform`; the engine checks the content hash."""
-        status, raw = self._request(
-            "POST",
+        self._registry_events(
+            f"pull {repo}@{digest}",
             "/images/create",
-            query={"fromImage": repo, "tag": digest, "platform": platform},
-            extra_headers=self._NO_AUTH,
-            timeout_s=1800.0,
+            {"fromImage": repo, "tag": digest, "platform": platform},
         )
-        if status != 200:
-            message = _engine_message(raw)
-            raise EngineAPIError(
-                f"The engine could not pull {repo}@{digest} (HTTP {status}): {message}",
-                status=status,
-                engine_message=message,
-            )
-        self._stream_events(f"pull {repo}@{digest}", raw)
 
     # -- images ---------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import email.utils
 import http.client
-import ipaddress
 import json
 import os
 import selectors
@@ -27,6 +26,7 @@ from datetime import UTC, datetime
 from email.message import Message
 from typing import IO, Any, Protocol
 
+from pybox._core.addresses import is_loopback
 from pybox._core.errors import (
     ConfigError,
     InvalidRequest,
@@ -79,15 +79,6 @@ def open_provider(model: RepairModel, environ: Mapping[str, str]) -> ModelProvid
     return AnthropicProvider(model, base, key.strip())
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_base_url(url: str) -> str:
     """The base URL without a trailing slash, if it is safe to send a key to."""
     parts = urllib.parse.urlsplit(url)
@@ -98,7 +89,7 @@ def check_base_url(url: str) -> str:
         problem = "it holds credentials; pybox reads the key only from an environment variable"
     elif parts.query or parts.fragment:
         problem = "it must not have a query or a fragment"
-    elif parts.scheme == "http" and not _is_loopback(parts.hostname):
+    elif parts.scheme == "http" and not is_loopback(parts.hostname):
         problem = (
             "plain http is allowed only to this machine (loopback), since the API key "
             "would travel in clear text; use https"
@@ -293,7 +284,7 @@ class _HTTPProvider:
         self._key = key
         host = urllib.parse.urlsplit(self.url).hostname or ""
         # Loopback never goes through a proxy; other hosts follow the environment's proxy settings.
-        proxies = urllib.request.ProxyHandler({} if _is_loopback(host) else None)
+        proxies = urllib.request.ProxyHandler({} if is_loopback(host) else None)
         self._opener = urllib.request.build_opener(proxies, _NoRedirects())
         self.what = f"The {model.provider.value} API at {self.url}"
 

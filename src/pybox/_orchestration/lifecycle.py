@@ -264,6 +264,11 @@ class BoxRun:
     def _mark(self, name: str) -> None:
         self.marks[name] = time.monotonic()
 
+    @property
+    def _box_started(self) -> bool:
+        """Started for this run, or taken from the pool already started."""
+        return "started" in self.marks or self.warm is not None
+
     def _since_start(self, name: str) -> float | None:
         return round(self.marks[name] - self.t0, 4) if name in self.marks else None
 
@@ -494,7 +499,7 @@ class BoxRun:
                 self.kernel = rebase_kernel(self.kernel, self.kernel_baseline)
             self.unknown.extend(unknown)
             self.sampler.close()
-        elif "started" in self.marks or self.warm is not None:
+        elif self._box_started:
             self.unknown.append(
                 Unknown(
                     "kernel counters",
@@ -518,7 +523,7 @@ class BoxRun:
                 self.removal_confirmed = True
                 return
             try:
-                if "started" in self.marks or self.warm is not None:
+                if self._box_started:
                     self.final_inspect = engine.inspect_container(container_id)
                     state = (self.final_inspect or {}).get("State") or {}
                     if self.exit_info is not None and state.get("Running"):
@@ -540,7 +545,7 @@ class BoxRun:
     def _engine_observed(self) -> EngineObserved:
         state: dict[str, Any] = (self.final_inspect or {}).get("State") or {}
         posture = self.posture
-        started = "started" in self.marks or self.warm is not None
+        started = self._box_started
         return EngineObserved(
             container_id=self.container_id,
             container_name=self.spec.name if self.create_sent else None,

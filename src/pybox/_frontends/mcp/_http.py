@@ -15,7 +15,6 @@ loopback (DNS rebinding).
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import queue
 import secrets
 import select
@@ -28,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from pybox._core.addresses import is_loopback
 from pybox._core.errors import ConfigError
 from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
 from pybox._frontends.mcp._protocol import (
@@ -74,15 +74,6 @@ def parse_address(text: str) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise ConfigError(f"--http {text!r}: the port must be between 0 and 65535.")
     return host, port
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def http_settings(
