@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,14 @@ from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import LABEL_OWNER, LABEL_RUN_ID
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
+from pybox._orchestration.cleanup import remove_and_confirm
+from pybox._orchestration.lifecycle import (
+    box_spec,
+    create_box,
+    new_run_id,
+    read_back_posture,
+    refuse_if_weakened,
+)
 from pybox._orchestration.session import Session
 from tests.integration.conftest import boxes
 
@@ -177,6 +186,36 @@ def _wait_for_box(engine: Engine, owner_pid: int, timeout_s: float = 20.0) -> di
     raise AssertionError("the controller never started its box")
 
 
+def _running_program(marker: str) -> str:
+    """Code that, once running, shows `marker` in its command line on this host.
+
+    Boxes share the host's kernel, so the test (root) sees the box's processes in
+    /proc: the marker appears only after pybox handed the code over, never while the
+    box waits for it.
+    """
+    return (
+        "import os, sys\n"
+        f"os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}])\n"
+    )
+
+
+def _wait_for_program(marker: str, timeout_s: float = 20.0) -> None:
+    wanted = marker.encode()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue  # it ended, or is not ours to read
+            if wanted in argv:
+                return
+        time.sleep(0.05)
+    raise AssertionError("the program never started in its box")
+
+
 def _start_controller(
     engine: Engine, env: dict[str, str], code: bytes, timeout_s: str, *extra: str
 ) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
@@ -198,9 +237,9 @@ def _start_controller(
 def test_controller_killed_halfway_is_swept_by_the_next_run(
     session: Session, engine: Engine, cli_env: dict[str, str]
 ) -> None:
-    controller, box = _start_controller(
-        engine, cli_env, b"import time\nprint('working', flush=True)\ntime.sleep(60)\n", "3"
-    )
+    marker = f"pybox-test-{uuid.uuid4().hex}"
+    controller, box = _start_controller(engine, cli_env, _running_program(marker).encode(), "3")
+    _wait_for_program(marker)  # halfway: the program runs, pybox is watching it
     controller.send_signal(signal.SIGKILL)
     controller.wait()
     labels = box["Labels"]
@@ -242,9 +281,11 @@ def test_backstop_ends_the_box_while_the_controller_is_frozen(
     engine: Engine, cli_env: dict[str, str]
 ) -> None:
     """A controller that stops responding (SIGSTOP) cannot keep a box alive."""
+    marker = f"pybox-test-{uuid.uuid4().hex}"
     controller, box = _start_controller(
-        engine, cli_env, b"import time\ntime.sleep(60)\n", "1", "--json"
+        engine, cli_env, _running_program(marker).encode(), "1", "--json"
     )
+    _wait_for_program(marker)
     os.kill(controller.pid, signal.SIGSTOP)
     try:
         deadline = time.monotonic() + 15
@@ -266,3 +307,40 @@ def test_backstop_ends_the_box_while_the_controller_is_frozen(
     assert controller.returncode == 124, err.decode()
     assert record["status"] == "timed_out"
     assert engine.inspect_container(str(box["Id"])) is None
+
+
+def test_a_box_whose_code_never_arrives_ends_itself(session: Session, engine: Engine) -> None:
+    """pybox froze between start and payload: the box does not wait for it forever."""
+    context = session._context()
+    spec = box_spec(
+        context,
+        session.verified_image("stdlib"),
+        session.resolve(RunRequest(code=b"")),
+        "main.py",
+        run_id=new_run_id(),
+        expires_at=int(time.time() + 120),
+        payload_wait_s=1.0,
+    )
+    container_id = create_box(engine, spec, session.verified_image("stdlib"))
+    stream = None
+    try:
+        refuse_if_weakened(read_back_posture(engine, spec, container_id))
+        stream = engine.attach(container_id)
+        engine.start_container(container_id)
+        started = time.monotonic()
+        state: dict[str, object] = {}
+        while time.monotonic() - started < 15:
+            found = engine.inspect_container(container_id)
+            assert found is not None
+            state = found["State"]
+            if state["Status"] != "running":
+                break
+            time.sleep(0.1)
+        # The connection stayed open and silent, as a frozen pybox's would.
+        assert state["Status"] == "exited"
+        assert state["ExitCode"] == 124
+        assert time.monotonic() - started < 10
+    finally:
+        if stream is not None:
+            stream.close()
+        assert remove_and_confirm(engine, container_id)

@@ -241,3 +241,32 @@ def test_a_warm_box_waits_for_its_bootstrap_to_report_ready(
     (waiting,) = [a for a in engine.attachments if a.started]
     # The pool read the bootstrap's ready report; nothing is left unread.
     assert not waiting.has_pending()
+
+
+def test_a_waiting_box_ends_itself_after_its_idle_time_if_pybox_froze(
+    engine: FakeEngine, state: StateStore
+) -> None:
+    for session in pooled_session(engine, state, PoolSettings(boxes_per_profile=1, idle_s=60)):
+        assert session.warm_up(wait_s=5.0)
+        (waiting,) = [c for c in engine.containers.values() if c.state == "running"]
+        # The bootstrap's last argument: how long it waits for code before it ends itself.
+        assert waiting.body["Entrypoint"][-1] == "70"
+
+
+def test_a_box_that_waited_its_idle_time_is_not_taken(
+    engine: FakeEngine, state: StateStore
+) -> None:
+    """Its bootstrap ends itself soon after; a run must not take it on the way out."""
+    pool = WarmPool(
+        lambda: make_context(engine, state), PoolSettings(boxes_per_profile=1, idle_s=60)
+    )
+    key = PoolKey.of(state.image("stdlib"), Policy().resolve(LimitRequest()), "main.py")  # type: ignore[arg-type]
+    try:
+        assert pool.wait_ready(key, 5.0)
+        with pool._cond:  # hold the worker off: only take() may notice
+            (box,) = pool._profiles[key].waiting
+            box.ready_at -= 61
+            assert pool.take(key) is None
+    finally:
+        assert pool.close() == []
+    assert box.spec.name not in [c.name for c in engine.containers.values()]

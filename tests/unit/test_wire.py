@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-import types
+import os
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -335,27 +337,109 @@ def test_every_kind_is_one_distinct_byte() -> None:
     assert len(set(kinds)) == len(kinds)
 
 
+def _link(box: dict[str, Any]) -> tuple[Any, int, int]:
+    """A bootstrap Link over two real pipes; returns it, pybox's write end and read end."""
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    return box["Link"](in_r, out_w), in_w, out_r
+
+
+def _fill(fd: int) -> None:
+    """Fill a pipe until a write would block, as a reader that stopped reading would."""
+    os.set_blocking(fd, False)
+    try:
+        while True:
+            os.write(fd, b"x" * 65536)
+    except BlockingIOError:
+        pass
+
+
 def test_bootstrap_send_frames_decode_on_the_host() -> None:
     box = bootstrap_namespace()
+    link, _, out_r = _link(box)
+    link.send(box["K_STDOUT"], b"hello")
+    link.send_json(box["K_EXIT"], {"exit_code": 0, "backstop": False})
+    link.send(box["K_STARTED"])
+    big = (
+        bytes(range(256)) * 256
+    )  # with the frames before it, over a pipe's buffer: send() must wait and loop
+    reader = threading.Thread(target=lambda: written.extend(_read_all(out_r)))
     written = bytearray()
-
-    def fake_write(fd: int, data: memoryview) -> int:
-        assert fd == 1
-        part = bytes(data[:3])  # short writes: send() must loop
-        written.extend(part)
-        return len(part)
-
-    box["os"] = types.SimpleNamespace(write=fake_write)
-    box["send"](box["K_STDOUT"], b"hello")
-    box["send_json"](box["K_EXIT"], {"exit_code": 0, "backstop": False})
-    box["send"](box["K_STARTED"])
+    reader.start()
+    link.send(box["K_STDOUT"], big)
+    os.close(link.fd_out)
+    reader.join(timeout=10)
     frames = list(FrameDecoder().feed(bytes(written)))
-    assert [(f.kind, f.data) for f in frames[::2]] == [
+    assert [(f.kind, f.data) for f in frames if f.kind != wire.K_EXIT] == [
         (wire.K_STDOUT, b"hello"),
         (wire.K_STARTED, b""),
+        (wire.K_STDOUT, big),
     ]
-    assert frames[1].kind == wire.K_EXIT
     assert frames[1].json() == {"exit_code": 0, "backstop": False}
+
+
+def _read_all(fd: int) -> bytes:
+    parts = []
+    while part := os.read(fd, 65536):
+        parts.append(part)
+    os.close(fd)
+    return b"".join(parts)
+
+
+def test_bootstrap_gives_up_when_pybox_stops_reading() -> None:
+    """A frozen pybox cannot keep a box: a write without progress ends the wait."""
+    box = bootstrap_namespace()
+    box["STALL_S"] = 0.2
+    link, _, _ = _link(box)
+    _fill(link.fd_out)
+    with pytest.raises(box["ControllerGone"], match="read the box's output"):
+        link.send(box["K_STDOUT"], b"more")
+
+
+def test_bootstrap_gives_up_at_the_program_deadline_while_it_runs() -> None:
+    box = bootstrap_namespace()
+    box["STALL_S"] = 3600.0  # the deadline, not the stall bound, applies while it runs
+    link, _, _ = _link(box)
+    _fill(link.fd_out)
+    link.program_deadline = time.monotonic() + 0.2
+    with pytest.raises(box["ControllerGone"]):
+        link.send(box["K_STDOUT"], b"more")
+
+
+def test_bootstrap_waits_for_the_payload_only_as_long_as_it_was_told() -> None:
+    box = bootstrap_namespace()
+    box["STALL_S"] = 3600.0
+    link, _, _ = _link(box)
+    began = time.monotonic()
+    with pytest.raises(box["ControllerGone"], match="send the payload"):
+        link.read_exact(4, first_wait_s=0.2)
+    assert time.monotonic() - began < 60  # it gave up on the given wait, not the stall bound
+
+
+def test_bootstrap_gives_up_on_a_payload_that_stops_halfway() -> None:
+    box = bootstrap_namespace()
+    box["STALL_S"] = 0.2
+    link, in_w, _ = _link(box)
+    os.write(in_w, b"PBX")
+    with pytest.raises(box["ControllerGone"], match="send the payload"):
+        link.read_exact(8, first_wait_s=3600.0)
+
+
+def test_bootstrap_treats_the_end_of_stdin_as_pybox_gone() -> None:
+    box = bootstrap_namespace()
+    link, in_w, _ = _link(box)
+    os.write(in_w, b"PB")
+    os.close(in_w)
+    with pytest.raises(box["ControllerGone"], match="2 bytes early"):
+        link.read_exact(4, first_wait_s=5.0)
+
+
+def test_bootstrap_reads_a_payload_that_arrives_whole() -> None:
+    box = bootstrap_namespace()
+    link, in_w, _ = _link(box)
+    os.write(in_w, b"PBX1rest")
+    assert link.read_exact(4, first_wait_s=5.0) == b"PBX1"
+    assert link.read_exact(4) == b"rest"
 
 
 @pytest.mark.parametrize(

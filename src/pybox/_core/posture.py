@@ -35,6 +35,10 @@ def box_user(uid: int) -> str:
 
 
 BOX_HOSTNAME = "pybox"
+# A started box whose code has not arrived within this long ends itself: pybox
+# sends it right after start, so only a frozen or dead pybox takes longer. Waiting
+# (warm-pool) boxes get their idle time on top.
+PAYLOAD_WAIT_S = 10.0
 PYBOX_ROOT = "/pybox"
 WORK_DIR = "/pybox/work"
 INPUT_DIR = "/pybox/input"
@@ -144,10 +148,13 @@ class BoxSpec:
     runtime: str = "runc"
     image_env: tuple[tuple[str, str], ...] = field(default=())
     uid: int = BOX_UID  # runs draw one of their own: see BOX_UID_FIRST
+    payload_wait_s: float = PAYLOAD_WAIT_S
 
     def __post_init__(self) -> None:
         if not 0 < self.uid < 2**32 - 1:
             raise ValueError(f"a box's uid must be above 0, not {self.uid}")
+        if not 0 < self.payload_wait_s < 7 * 86400:
+            raise ValueError(f"a box's payload wait must be positive, not {self.payload_wait_s}")
 
     @property
     def name(self) -> str:
@@ -164,7 +171,8 @@ class BoxSpec:
         ]
 
     def entrypoint(self) -> list[str]:
-        # The bootstrap's arguments say which program it pre-starts: python code_name.
+        # The bootstrap's arguments: the program it pre-starts (python code_name),
+        # and how long it waits for that program's code before it ends itself.
         return [
             self.python_path,
             "-I",
@@ -173,6 +181,7 @@ class BoxSpec:
             self.bootstrap_source,
             self.python_path,
             self.code_name,
+            f"{self.payload_wait_s:g}",
         ]
 
     def labels(self) -> dict[str, str]:

@@ -33,20 +33,73 @@ K_FILE, K_DATA, K_EXIT, K_ERROR, K_FILES_DONE = b"F", b"D", b"X", b"E", b"Z"
 BACKSTOP_EXIT = 124
 # pybox acknowledges at once; a frozen or dead pybox must not keep the box long.
 ACK_WAIT_S = 2.0
+# pybox reads and writes as fast as the box does: this long without progress
+# (outside the program's own run) means it froze or hung.
+STALL_S = 10.0
 WORK, INPUT, OUTPUT = "/pybox/work", "/pybox/input", "/pybox/output"
 
 
 class ControllerGone(Exception):
-    """pybox is no longer connected: nobody will read the results."""
+    """pybox is gone, or stopped reading or writing: nobody will read the results."""
 
 
-def send(kind, data=b""):
-    view = memoryview(kind + len(data).to_bytes(4, "big") + data)
-    try:
+class Link:
+    """pybox's end of the box: the payload in on fd 0, frames out on fd 1.
+
+    Every wait on pybox is bounded, so a frozen or dead pybox cannot keep the box:
+    the first payload byte must arrive within the wait the box was created with;
+    any later read or write gives up after STALL_S without progress, or, while
+    the program runs, at its backstop deadline (`program_deadline`).
+    """
+
+    def __init__(self, fd_in, fd_out):
+        self.fd_in, self.fd_out = fd_in, fd_out
+        self.program_deadline = None
+        os.set_blocking(fd_out, False)
+
+    def _give_up_at(self):
+        if self.program_deadline is not None:
+            return self.program_deadline
+        return time.monotonic() + STALL_S
+
+    def _wait_for(self, fd, writing, give_up_at, what):
+        left = give_up_at - time.monotonic()
+        if left > 0:
+            ready = (
+                select.select([], [fd], [], left)[1]
+                if writing
+                else select.select([fd], [], [], left)[0]
+            )
+            if ready:
+                return
+        raise ControllerGone("pybox did not %s in time" % what)
+
+    def send(self, kind, data=b""):
+        view = memoryview(kind + len(data).to_bytes(4, "big") + data)
         while view:
-            view = view[os.write(1, view) :]
-    except OSError as exc:
-        raise ControllerGone("stdout closed: %s" % exc) from None
+            try:
+                view = view[os.write(self.fd_out, view) :]
+            except BlockingIOError:
+                self._wait_for(self.fd_out, True, self._give_up_at(), "read the box's output")
+            except OSError as exc:
+                raise ControllerGone("stdout closed: %s" % exc) from None
+
+    def send_json(self, kind, obj):
+        self.send(kind, dumps(obj).encode("ascii"))
+
+    def read_exact(self, size, first_wait_s=None):
+        """`size` bytes of the payload; the first may wait `first_wait_s`."""
+        parts, left = [], size
+        give_up_at = time.monotonic() + (STALL_S if first_wait_s is None else first_wait_s)
+        while left:
+            self._wait_for(self.fd_in, False, give_up_at, "send the payload")
+            part = os.read(self.fd_in, min(left, 1 << 20))
+            if not part:
+                raise ControllerGone("stdin ended %d bytes early" % left)
+            parts.append(part)
+            left -= len(part)
+            give_up_at = time.monotonic() + STALL_S
+        return b"".join(parts)
 
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -89,10 +142,6 @@ def dumps(value):
     raise TypeError("cannot report a %s" % type(value).__name__)
 
 
-def send_json(kind, obj):
-    send(kind, dumps(obj).encode("ascii"))
-
-
 def parse_header(raw):
     """The host's header: one `key<TAB>field<TAB>...` line per setting."""
     header = {"inputs": []}
@@ -113,17 +162,6 @@ def parse_header(raw):
         elif key == "collect_outputs":
             header[key] = fields[0] == "1"
     return header
-
-
-def read_exact(size):
-    parts, left = [], size
-    while left:
-        part = os.read(0, min(left, 1 << 20))
-        if not part:
-            raise EOFError("stdin ended %d bytes early" % left)
-        parts.append(part)
-        left -= len(part)
-    return b"".join(parts)
 
 
 def make_nondumpable():
@@ -207,7 +245,7 @@ def prestart(python, code_name):
     return pid, out_r, err_r
 
 
-def unpack_inputs(header):
+def unpack_inputs(link, header):
     for item in header["inputs"]:
         name = item["name"]
         if "/" in name or name in (".", "..") or "\0" in name:
@@ -217,7 +255,7 @@ def unpack_inputs(header):
         )
         left = item["size"]
         while left:
-            part = read_exact(min(left, 1 << 20))
+            part = link.read_exact(min(left, 1 << 20))
             view = memoryview(part)
             while view:
                 view = view[os.write(fd, view) :]
@@ -263,7 +301,7 @@ def hand_over_code(code_name, code, pid, deadline):
     return None
 
 
-def pump(pid, out_r, err_r, deadline, status):
+def pump(link, pid, out_r, err_r, deadline, status):
     """Relay output until the program ended and its pipes closed."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -289,7 +327,7 @@ def pump(pid, out_r, err_r, deadline, status):
                 continue
             data = os.read(fd, CHUNK)
             if data:
-                send(streams[fd], data)
+                link.send(streams[fd], data)
             else:
                 os.close(fd)
                 del streams[fd]
@@ -328,7 +366,7 @@ def walk_outputs():
     return files, skipped
 
 
-def send_outputs(max_files, max_bytes):
+def send_outputs(link, max_files, max_bytes):
     files, skipped = walk_outputs()
     sent, total = 0, 0
     for path in files:
@@ -345,46 +383,48 @@ def send_outputs(max_files, max_bytes):
             if total + size > max_bytes:
                 skipped.append({"path": path, "reason": "over the returned-bytes cap"})
                 continue
-            send_json(K_FILE, {"path": path, "size": size})
+            link.send_json(K_FILE, {"path": path, "size": size})
             left = size
             while left:
                 data = handle.read(min(CHUNK, left))
                 if not data:
                     data = b"\0" * min(CHUNK, left)  # shrank underneath us: keep framing exact
-                send(K_DATA, data)
+                link.send(K_DATA, data)
                 left -= len(data)
             sent += 1
             total += size
     return sent, skipped
 
 
-def main():
-    python, code_name = sys.argv[1], sys.argv[2]
+def main(link):
+    python, code_name, payload_wait_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
     # The program's interpreter starts first, so its start-up overlaps the wait for
     # the payload; it runs nothing of the program's until the code is handed over.
     pid, out_r, err_r = prestart(python, code_name)
     protected = make_nondumpable()
-    send_json(
+    link.send_json(
         K_READY,
         {"version": VERSION, "pid": os.getpid(), "uid": os.getuid(), "nondumpable": protected},
     )
-    if read_exact(4) != MAGIC:
+    if link.read_exact(4, first_wait_s=payload_wait_s) != MAGIC:
         raise ValueError("the payload does not start with the pybox magic")
-    header = parse_header(read_exact(int.from_bytes(read_exact(4), "big")))
+    header = parse_header(link.read_exact(int.from_bytes(link.read_exact(4), "big")))
     deadline = time.monotonic() + float(header["backstop_s"])
     if header["argv"] != [python, code_name] or header["code_name"] != code_name:
         raise ValueError("the payload is for %r, this box runs %r" % (header["argv"], code_name))
-    code = read_exact(header["code_size"])
-    unpack_inputs(header)
+    code = link.read_exact(header["code_size"])
+    unpack_inputs(link, header)
+    link.program_deadline = deadline
     status = hand_over_code(code_name, code, pid, deadline)
-    send_json(K_STARTED, {})
-    status, backstop = pump(pid, out_r, err_r, deadline, status)
+    link.send_json(K_STARTED, {})
+    status, backstop = pump(link, pid, out_r, err_r, deadline, status)
+    link.program_deadline = None
     exit_code = None if status is None else os.waitstatus_to_exitcode(status)
     # The exit report comes first: the program's deadline no longer applies to the files.
-    send_json(K_EXIT, {"exit_code": exit_code, "backstop": backstop})
+    link.send_json(K_EXIT, {"exit_code": exit_code, "backstop": backstop})
     if header["collect_outputs"] and not backstop:
-        sent, skipped = send_outputs(header["max_files"], header["max_file_bytes"])
-        send_json(K_FILES_DONE, {"files_sent": sent, "files_skipped": skipped})
+        sent, skipped = send_outputs(link, header["max_files"], header["max_file_bytes"])
+        link.send_json(K_FILES_DONE, {"files_sent": sent, "files_skipped": skipped})
     # Stay alive until pybox has taken its last kernel sample, or for a short while.
     ready, _, _ = select.select([0], [], [], ACK_WAIT_S)
     if ready:
@@ -397,16 +437,17 @@ def main():
 
 
 if __name__ == "__main__":
+    link = Link(0, 1)
     try:
-        code = main()
+        code = main(link)
     except ControllerGone:
         # Nobody is left to report to: end everything now rather than at the deadline.
         kill_everything(0)
         code = BACKSTOP_EXIT
     except BaseException as exc:  # report, never hang: the host reads this as a sandbox error
         try:
-            send_json(K_ERROR, {"message": "%s: %s" % (type(exc).__name__, exc)})
-        except OSError:
+            link.send_json(K_ERROR, {"message": "%s: %s" % (type(exc).__name__, exc)})
+        except ControllerGone:
             pass
         code = 125
     # Everything was written with os.write; skip interpreter teardown, the box is done.

@@ -39,6 +39,7 @@ from pybox._core.posture import (
     BOX_UID_FIRST,
     INPUT_DIR,
     OUTPUT_DIR,
+    PAYLOAD_WAIT_S,
     PYBOX_ROOT,
     TMP_DIR,
     BoxSpec,
@@ -128,6 +129,7 @@ def box_spec(
     *,
     run_id: str,
     expires_at: int,
+    payload_wait_s: float = PAYLOAD_WAIT_S,
 ) -> BoxSpec:
     return BoxSpec(
         run_id=run_id,
@@ -142,6 +144,7 @@ def box_spec(
         runtime=context.runtime,
         image_env=image.env,
         uid=new_box_uid(),
+        payload_wait_s=payload_wait_s,
     )
 
 

@@ -30,6 +30,7 @@ from pybox._core.errors import EngineError, PyboxError, SandboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
 from pybox._core.pool import PoolSettings
+from pybox._core.posture import PAYLOAD_WAIT_S
 from pybox._orchestration.cleanup import remove_and_confirm
 from pybox._orchestration.lifecycle import (
     EXPIRY_MARGIN_S,
@@ -133,7 +134,9 @@ class WarmPool:
                 box = profile.waiting.pop(0)
                 # A waiting box says nothing until its code arrives: anything waiting
                 # to be read (or the end of its stream) means it is no longer usable.
-                if box.stream.has_pending():
+                # One that waited its idle time is close to ending itself: replace it.
+                stale = time.monotonic() - box.ready_at > self.settings.idle_s
+                if stale or box.stream.has_pending():
                     self._dead.append(box)
                     self._cond.notify_all()
                     continue
@@ -306,6 +309,8 @@ class WarmPool:
             key.code_name,
             run_id=new_run_id(),
             expires_at=int(time.time() + self.settings.idle_s + limits.timeout_s + EXPIRY_MARGIN_S),
+            # It waits its idle time, then ends itself even if this pybox froze.
+            payload_wait_s=self.settings.idle_s + PAYLOAD_WAIT_S,
         )
         context.state.record_attempt(
             spec.run_id,
