@@ -314,12 +314,12 @@ def pump(link, pid, out_r, err_r, deadline, status):
         if left <= 0 and not backstop:
             backstop = True
             kill_everything(pid)
-        watched = [*streams, wake_r, 0]
+        watched = [*streams, wake_r, link.fd_in]
         ready, _, _ = select.select(watched, [], [], max(min(left, 1.0), 0.05))
         for fd in ready:
-            if fd == 0:
+            if fd == link.fd_in:
                 # The engine closes stdin when pybox's connection ends (StdinOnce).
-                if not os.read(0, 4096):
+                if not os.read(link.fd_in, 4096):
                     raise ControllerGone("stdin closed")
                 continue
             if fd == wake_r:
@@ -426,9 +426,9 @@ def main(link):
         sent, skipped = send_outputs(link, header["max_files"], header["max_file_bytes"])
         link.send_json(K_FILES_DONE, {"files_sent": sent, "files_skipped": skipped})
     # Stay alive until pybox has taken its last kernel sample, or for a short while.
-    ready, _, _ = select.select([0], [], [], ACK_WAIT_S)
+    ready, _, _ = select.select([link.fd_in], [], [], ACK_WAIT_S)
     if ready:
-        os.read(0, 1)
+        os.read(link.fd_in, 1)
     if backstop:
         return BACKSTOP_EXIT
     if exit_code is None:
