@@ -58,6 +58,9 @@ def test_header_round_trip() -> None:
             collect_outputs=True,
             max_files=7,
             max_file_bytes=1024,
+            args=("a b", "tab\there", "new\nline", ""),
+            env=(("GREETING", "hi\tthere\n"), ("EMPTY", "")),
+            stdin=b"line 1\n",
         )
     )
     first = chunks[0]
@@ -74,8 +77,11 @@ def test_header_round_trip() -> None:
         "collect_outputs": True,
         "max_files": 7,
         "max_file_bytes": 1024,
+        "args": ["a b", "tab\there", "new\nline", ""],
+        "env": [("GREETING", "hi\tthere\n"), ("EMPTY", "")],
+        "stdin_size": 7,
     }
-    assert chunks[1:] == [b"print(1)", b"abc", b""]
+    assert chunks[1:] == [b"print(1)", b"abc", b"", b"line 1\n"]
 
 
 def test_header_fields_cannot_smuggle_lines() -> None:

@@ -248,6 +248,9 @@ def test_payload_layout_as_the_box_reads_it() -> None:
         "collect_outputs": True,
         "max_files": 7,
         "max_file_bytes": 1234,
+        "args": [],
+        "env": [],
+        "stdin_size": 0,
     }
     # Then the code and each input, in header order, back to back.
     assert rest == b"print('hi')\nAAAA\x00\x01"

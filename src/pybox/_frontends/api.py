@@ -36,12 +36,18 @@ class LimitOptions(TypedDict, total=False):
     open_files: int | None
     writable_bytes: int | None
     output_bytes: int | None
+    output_files: int | None
+    output_files_bytes: int | None
+    input_bytes: int | None
 
 
 class RunOptions(LimitOptions, total=False):
     """The keyword arguments of `Client.run` and `run_container`."""
 
     inputs: Iterable[InputLike]
+    argv: Sequence[str]
+    stdin: str | bytes | None
+    env: Mapping[str, str] | Iterable[tuple[str, str]] | None
     collect_outputs: bool
     output_dir: str | os.PathLike[str] | None
     image: str
@@ -100,6 +106,18 @@ def _inputs(inputs: Iterable[InputLike]) -> tuple[InputFile, ...]:
             raise InvalidRequest(
                 f"Each input must be a (name, bytes) pair or an InputFile, not {item!r}."
             )
+    return tuple(converted)
+
+
+def _env(env: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> tuple[tuple[str, str], ...]:
+    if env is None:
+        return ()
+    pairs = env.items() if isinstance(env, Mapping) else env
+    converted: list[tuple[str, str]] = []
+    for pair in pairs:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise InvalidRequest(f"env must be a mapping or (name, value) pairs, not {pair!r}.")
+        converted.append((pair[0], pair[1]))
     return tuple(converted)
 
 
@@ -180,7 +198,13 @@ class Client:
         open_files: int | None = None,
         writable_bytes: int | None = None,
         output_bytes: int | None = None,
+        output_files: int | None = None,
+        output_files_bytes: int | None = None,
+        input_bytes: int | None = None,
         inputs: Iterable[InputLike] = (),
+        argv: Sequence[str] = (),
+        stdin: str | bytes | None = None,
+        env: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
         collect_outputs: bool = False,
         output_dir: str | os.PathLike[str] | None = None,
         image: str = "stdlib",
@@ -194,9 +218,18 @@ class Client:
         the files the program writes to `$PYBOX_OUTPUT_DIR` come back in
         `output_files`; with `output_dir` they are also written there, all at
         once (the directory must be new or empty).
+
+        The program runs as `python3 <code_name> *argv`; `stdin` is what it reads
+        on standard input (none: end-of-file at once); `env` adds environment
+        variables (credential-shaped names need the operator's consent). Inputs
+        sit next to the program: `open("data.csv")` and `import helper` work.
         """
         if isinstance(code, str):
             code = code.encode("utf-8")
+        if isinstance(stdin, str):
+            stdin = stdin.encode("utf-8")
+        if isinstance(argv, str):
+            raise InvalidRequest("argv must be a sequence of strings, not one string.")
         request = RunRequest(
             code=code,
             code_name=code_name,
@@ -209,9 +242,15 @@ class Client:
                 open_files=open_files,
                 writable_bytes=writable_bytes,
                 output_bytes=output_bytes,
+                output_files=output_files,
+                output_files_bytes=output_files_bytes,
+                input_bytes=input_bytes,
             ),
             image=image,
             collect_outputs=collect_outputs or output_dir is not None,
+            argv=tuple(argv),
+            env=_env(env),
+            stdin_bytes=b"" if stdin is None else stdin,
         )
         session = self._session
         session.resolve(request)  # refuse before touching the file system

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.receipt import ReturnedFileDigest, SkippedFile
-from pybox._core.wire import ProtocolError
+from pybox._core.wire import MAX_SKIPPED_LISTED, ProtocolError
 
 MAX_PATH_DEPTH = 32
 MAX_PATH_BYTES = 1024
@@ -57,7 +57,10 @@ class FilesReceiver:
         self.max_files = max_files
         self.max_bytes = max_bytes
         self.files: list[ReturnedFile] = []
+        # The first skipped files, and a count of the rest: the box may send any number.
         self.skipped: list[SkippedFile] = []
+        self.skipped_more = 0
+        self._paths: set[str] = set()
         self._total = 0
         self._current: tuple[str, int, hashlib._Hash] | None = None
         self._handle: int | None = None
@@ -71,14 +74,14 @@ class FilesReceiver:
             raise ProtocolError(f"The box sent an unreadable file header: {header!r}")
         self._remaining = size
         reason = _unsafe_path(path)
-        if reason is None and any(f.path == path for f in self.files):
+        if reason is None and path in self._paths:
             reason = "duplicate path"
         if reason is None and len(self.files) >= self.max_files:
             reason = "over the returned-files count cap"
         if reason is None and self._total + size > self.max_bytes:
             reason = "over the returned-bytes cap"
         if reason is not None:
-            self.skipped.append(SkippedFile(path, reason))
+            self._skip(path, reason)
             self._current = None
             return
         target = self.root / path
@@ -88,7 +91,7 @@ class FilesReceiver:
                 target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
             )
         except OSError as exc:
-            self.skipped.append(SkippedFile(path, f"cannot be stored: {exc.strerror or exc}"))
+            self._skip(path, f"cannot be stored: {exc.strerror or exc}")
             self._current = None
             return
         self._current = (path, size, hashlib.sha256())
@@ -117,7 +120,14 @@ class FilesReceiver:
             os.close(self._handle)
             self._handle = None
         self.files.append(ReturnedFile(path, size, digest.hexdigest()))
+        self._paths.add(path)
         self._current = None
+
+    def _skip(self, path: str, reason: str) -> None:
+        if len(self.skipped) < MAX_SKIPPED_LISTED:
+            self.skipped.append(SkippedFile(path, reason))
+        else:
+            self.skipped_more += 1
 
     def close(self) -> bool:
         """Close any open file; False if a file was left incomplete (it is deleted)."""
@@ -127,7 +137,7 @@ class FilesReceiver:
         if self._remaining and self._current is not None:
             path = self._current[0]
             (self.root / path).unlink(missing_ok=True)
-            self.skipped.append(SkippedFile(path, "arrived incomplete; not kept"))
+            self._skip(path, "arrived incomplete; not kept")
             self._current = None
         return self._remaining == 0
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pybox._core.errors import PyboxError
+from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.limits import FIELDS_BY_KEY, LimitRequest
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
 from pybox._frontends.cli._common import (
@@ -61,6 +61,12 @@ def _exec_request(args: argparse.Namespace) -> RunRequest:
     for path in args.input or []:
         name = check_input_name(os.path.basename(path.rstrip("/")))
         inputs.append(InputFile(name, read_file(path, "input file")))
+    env = []
+    for item in args.env or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise InvalidRequest(f"--env {item!r} is not NAME=VALUE.")
+        env.append((name, value))
     return RunRequest(
         code=code,
         code_name=code_name,
@@ -68,6 +74,9 @@ def _exec_request(args: argparse.Namespace) -> RunRequest:
         limits=limit_request(args),
         image=args.image,
         collect_outputs=args.output is not None,
+        argv=tuple(args.args),
+        env=tuple(env),
+        stdin_bytes=b"" if args.stdin is None else read_file(args.stdin, "stdin file"),
     )
 
 
@@ -153,10 +162,25 @@ def register(commands: Commands) -> None:
     run = commands.add_parser("exec", help="run a program in a fresh box")
     run.add_argument("program", help="the Python file to run, or - to read it from stdin")
     run.add_argument(
+        "args",
+        nargs="*",
+        metavar="ARG",
+        help="the program's arguments, after -- (its sys.argv[1:])",
+    )
+    run.add_argument(
         "--input", action="append", metavar="FILE", help="a file the program can read (repeatable)"
     )
     run.add_argument(
         "--output", metavar="DIR", help="a new or empty directory for the files the program returns"
+    )
+    run.add_argument(
+        "--stdin", metavar="FILE", help="a file the program reads on stdin (default: empty)"
+    )
+    run.add_argument(
+        "--env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an environment variable for the program (repeatable)",
     )
     add_limit_flags(run)
     run.add_argument("--image", default="stdlib", help="a recorded image (default: stdlib)")
