@@ -17,7 +17,7 @@ from pybox._core.receipt import Receipt
 from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import InputFile, RunRequest
 from pybox._orchestration.lifecycle import RunOutcome
-from pybox._orchestration.outputs import discard, prepare_destination
+from pybox._orchestration.outputs import discard, stage_destination
 from pybox._orchestration.repair import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 
@@ -86,6 +86,8 @@ class RunResult:
     receipt: Receipt
     output_files: tuple[OutputFile, ...] = ()
     output_dir: Path | None = None
+    # Staging folders of killed pybox processes removed beside `output_dir`.
+    stale_staging_removed: tuple[Path, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -122,7 +124,10 @@ def _env(env: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> tuple[tup
 
 
 def _result(
-    outcome: RunOutcome, files: tuple[OutputFile, ...], output_dir: Path | None
+    outcome: RunOutcome,
+    files: tuple[OutputFile, ...],
+    output_dir: Path | None,
+    swept: tuple[Path, ...] = (),
 ) -> RunResult:
     receipt = outcome.receipt
     return RunResult(
@@ -135,6 +140,7 @@ def _result(
         receipt=receipt,
         output_files=files,
         output_dir=output_dir,
+        stale_staging_removed=swept,
     )
 
 
@@ -255,8 +261,10 @@ class Client:
         session = self._session
         session.resolve(request)  # refuse before touching the file system
         destination = Path(output_dir) if output_dir is not None else None
+        swept: tuple[Path, ...] = ()
         if destination is not None:
-            staging = prepare_destination(destination)
+            staged = stage_destination(destination)
+            staging, swept = staged.staging, staged.swept
         elif request.collect_outputs:
             staging = Path(tempfile.mkdtemp(prefix="pybox-outputs-"))
         else:
@@ -277,7 +285,7 @@ class Client:
             session.publish_outputs(staging, destination)
         elif staging is not None:
             discard(staging)
-        return _result(outcome, files, destination)
+        return _result(outcome, files, destination, swept)
 
     def repair(
         self,

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pybox._adapters.host import current_owner, owner_alive
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.receipt import ReturnedFileDigest, SkippedFile
 from pybox._core.wire import MAX_SKIPPED_LISTED, ProtocolError
@@ -145,8 +148,69 @@ class FilesReceiver:
         return tuple(ReturnedFileDigest(f.path, f.size_bytes, f.sha256) for f in self.files)
 
 
+STAGING_PREFIX = ".pybox-staging-"
+
+
+@dataclass(frozen=True)
+class StagedDestination:
+    """A staging directory beside the destination, and the stale ones removed there."""
+
+    staging: Path
+    swept: tuple[Path, ...]
+
+
+def _staging_prefix(owner: str) -> str:
+    # The owner (`host:pid:start-ticks`) is in the name, so a later run can tell
+    # a staging directory of a killed pybox from one of a run in progress.
+    return STAGING_PREFIX + re.sub(r"[^A-Za-z0-9.:_-]", "_", owner) + "-"
+
+
+def sweep_stale_staging(
+    parent: Path, alive: Callable[[str], bool | None] = owner_alive
+) -> tuple[Path, ...]:
+    """Remove staging directories in `parent` left by pybox processes that are dead.
+
+    pybox killed (SIGKILL) while it received returned files leaves partial,
+    untrusted data beside the destination. Only a directory of this user whose
+    owner is known dead is removed; one of a live run, of another host or of an
+    older pybox (no owner in its name) is left alone.
+    """
+    removed: list[Path] = []
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(STAGING_PREFIX)]
+    except OSError:
+        return ()
+    for name in sorted(names):
+        owner, sep, _ = name[len(STAGING_PREFIX) :].rpartition("-")
+        if not sep or owner.count(":") != 2:
+            continue
+        path = parent / name
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        if alive(owner) is not False:
+            continue
+        shutil.rmtree(path, ignore_errors=True)  # never follows links out of the tree
+        if not os.path.lexists(path):
+            removed.append(path)
+    return tuple(removed)
+
+
 def prepare_destination(destination: Path) -> Path:
-    """Check the destination before the run; return a staging directory beside it.
+    """Check the destination before the run; return a staging directory beside it."""
+    return stage_destination(destination).staging
+
+
+def stage_destination(
+    destination: Path,
+    owner: str | None = None,
+    alive: Callable[[str], bool | None] = owner_alive,
+) -> StagedDestination:
+    """Check the destination before the run; make a staging directory beside it,
+    after removing stale ones of dead pybox processes there.
 
     The destination must not exist, or be an empty directory: pybox never
     mixes returned files into existing ones.
@@ -169,8 +233,10 @@ def prepare_destination(destination: Path) -> Path:
         raise InvalidRequest(
             f"The output directory's parent {parent} does not exist; create it first."
         )
+    swept = sweep_stale_staging(parent, alive)
+    prefix = _staging_prefix(current_owner() if owner is None else owner)
     try:
-        return Path(tempfile.mkdtemp(prefix=".pybox-staging-", dir=parent))
+        return StagedDestination(Path(tempfile.mkdtemp(prefix=prefix, dir=parent)), swept)
     except OSError as exc:
         raise InvalidRequest(
             f"Cannot create a staging directory in {parent}: {exc.strerror}. "

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from pybox._frontends.cli._common import (
     status_exit_code,
 )
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
-from pybox._orchestration.outputs import discard, prepare_destination
+from pybox._orchestration.outputs import discard, stage_destination
 
 EXEC_JSON_VERSION = 1
 
@@ -109,7 +110,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
         session = open_session(args)
         session.resolve(request)  # a bad request is refused before the engine is touched
         destination = Path(args.output).absolute() if args.output is not None else None
-        staging = prepare_destination(destination) if destination is not None else None
+        staging = None
+        if destination is not None:
+            staged = stage_destination(destination)
+            staging = staged.staging
+            for stale in staged.swept:
+                say(f"pybox: removed {stale}: partial files of a pybox that was killed")
     except PyboxError as exc:
         if args.json:
             say(_json_error(exc), sys.stdout)
@@ -158,6 +164,29 @@ def _print_outcome(args: argparse.Namespace, outcome: RunOutcome, destination: P
         say(f"  files:  {len(outcome.output_files)} written to {destination}")
 
 
+def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> None:
+    """Everything after the first `--` is the program's, wherever the options were.
+
+    argparse fills the `args` positional as soon as it meets the program's name,
+    so `exec job.py --env X=1 -- a b` would leave `a b` unrecognised.
+    """
+    parse = parser.parse_known_args
+
+    def parse_known_args(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        rest: list[str] = []
+        if "--" in given:
+            at = given.index("--")
+            given, rest = given[:at], given[at + 1 :]
+        parsed, extras = parse(given, namespace)
+        parsed.args = [*(getattr(parsed, "args", None) or []), *rest]
+        return parsed, extras
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
+
+
 def register(commands: Commands) -> None:
     run = commands.add_parser("exec", help="run a program in a fresh box")
     run.add_argument("program", help="the Python file to run, or - to read it from stdin")
@@ -183,6 +212,7 @@ def register(commands: Commands) -> None:
         help="an environment variable for the program (repeatable)",
     )
     add_limit_flags(run)
+    _program_arguments_after_double_dash(run)
     run.add_argument("--image", default="stdlib", help="a recorded image (default: stdlib)")
     run.add_argument("--json", action="store_true", help="print one JSON record on stdout")
     run.set_defaults(handler=cmd_exec)
