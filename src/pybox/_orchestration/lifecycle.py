@@ -581,10 +581,7 @@ class BoxRun:
                 for m in (posture.mismatches if posture else ())
             ),
             state=state.get("Status"),
-            # A box still running has no exit code yet (the engine shows 0 then).
-            exit_code=(
-                state.get("ExitCode") if started and state and not state.get("Running") else None
-            ),
+            exit_code=state.get("ExitCode") if started and state else None,
             oom_killed=state.get("OOMKilled") if state else None,
             created_at=(self.final_inspect or {}).get("Created"),
             started_at=state.get("StartedAt") if started else None,
