@@ -316,3 +316,10 @@ def test_inputs_are_linked_into_the_working_folder(tmp_path: Path) -> None:
     assert (tmp_path / "work" / "data.csv").read_text() == "a,b"
     assert (tmp_path / "work" / "helper.py").read_text() == "X=1"
     assert os.path.samefile(tmp_path / "work" / "data.csv", tmp_path / "input" / "data.csv")
+
+
+def test_bootstrap_walks_within_pybox_path_checks() -> None:
+    from pybox._orchestration.outputs import MAX_PATH_BYTES, MAX_PATH_DEPTH
+
+    assert NAMESPACE["MAX_PATH_BYTES"] == MAX_PATH_BYTES
+    assert NAMESPACE["MAX_DEPTH"] == MAX_PATH_DEPTH
