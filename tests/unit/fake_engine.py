@@ -52,6 +52,8 @@ class Script:
     bootstrap_error: str | None = None
     raw: bytes | None = None  # exact bytes from the box instead of the above
     backstop: bool = False
+    # Exact bytes the box sends after its exit report, instead of files and files-done.
+    after_exit: bytes | None = None
 
 
 def frame(kind: bytes, data: bytes = b"") -> bytes:
@@ -105,7 +107,11 @@ class FakeAttach:
         if len(data) < 8 + size:
             return False
         header = parse_header(data[8 : 8 + size])
-        need = header["code_size"] + sum(item["size"] for item in header["inputs"])
+        need = (
+            header["code_size"]
+            + sum(item["size"] for item in header["inputs"])
+            + header["stdin_size"]
+        )
         if len(data) < 8 + size + need:
             return False
         self.container.header = header
@@ -139,7 +145,9 @@ class FakeAttach:
         self._emit(
             json_frame(wire.K_EXIT, {"exit_code": script.exit_code, "backstop": script.backstop})
         )
-        if self.container.header["collect_outputs"] and not script.backstop:
+        if script.after_exit is not None:
+            self._emit(script.after_exit)
+        elif self.container.header["collect_outputs"] and not script.backstop:
             for path, content in script.files:
                 self._emit(json_frame(wire.K_FILE, {"path": path, "size": len(content)}))
                 for start in range(0, len(content), wire.CHUNK):

@@ -43,3 +43,30 @@ def test_repair_refuses_unknown_options(monkeypatch: pytest.MonkeyPatch, tmp_pat
         Client(warm_pool=False).repair("print(1)", goal="exit0", model="llm", network="host")  # type: ignore[call-arg]
     with pytest.raises(pybox.InvalidRequest, match="goal must be a RepairGoal"):
         Client(warm_pool=False).repair("print(1)", goal="pass", model="llm")
+
+
+def test_every_limit_is_a_keyword_of_run_and_repair() -> None:
+    from pybox._core.limits import LIMIT_FIELDS
+    from pybox._frontends.api import LimitOptions
+
+    attrs = [field.attr for field in LIMIT_FIELDS]
+    assert len(attrs) == 10
+    assert list(LimitOptions.__annotations__) == attrs
+    run_keywords = inspect.signature(Client.run).parameters
+    assert all(run_keywords[a].kind is inspect.Parameter.KEYWORD_ONLY for a in attrs)
+
+
+def test_run_takes_argv_stdin_and_env() -> None:
+    parameters = inspect.signature(Client.run).parameters
+    assert {"argv", "stdin", "env"} <= set(parameters)
+
+
+def test_env_accepts_a_mapping_or_pairs() -> None:
+    from pybox._core.errors import InvalidRequest
+    from pybox._frontends.api import _env
+
+    assert _env({"A": "1", "B": "2"}) == (("A", "1"), ("B", "2"))
+    assert _env([("A", "1")]) == (("A", "1"),)
+    assert _env(None) == ()
+    with pytest.raises(InvalidRequest):
+        _env(["A=1"])  # type: ignore[list-item]

@@ -293,3 +293,36 @@ def test_unrelated_environment_variables_are_ignored(environ: dict[str, str]) ->
 def test_lower_case_environment_names_are_not_read(environ: dict[str, str]) -> None:
     settings = load_settings({**environ, "pybox_max_memory_mib": "64"})
     assert settings.policy.ceilings == BUILTIN_CEILINGS
+
+
+# --- credential-shaped environment variables for the program -------------------
+
+
+def test_credential_env_is_refused_by_default(environ: dict[str, str]) -> None:
+    assert load_settings(environ).policy.allow_credential_env is False
+
+
+def test_operator_allows_credential_env_in_the_file(environ: dict[str, str]) -> None:
+    write(xdg_file(environ), "allow_credential_env = true\n[ceilings]\nmemory_mib = 256\n")
+    policy = load_settings(environ).policy
+    assert policy.allow_credential_env is True
+    assert policy.ceilings.memory_bytes == 256 * MIB  # kept through the limit settings
+
+
+def test_operator_allows_credential_env_in_the_environment(environ: dict[str, str]) -> None:
+    environ["PYBOX_ALLOW_CREDENTIAL_ENV"] = "1"
+    environ["PYBOX_MAX_MEMORY_MIB"] = "256"
+    assert load_settings(environ).policy.allow_credential_env is True
+
+
+@pytest.mark.parametrize("text", ['allow_credential_env = "yes"\n', "allow_credential_env = 1\n"])
+def test_allow_credential_env_must_be_a_boolean(environ: dict[str, str], text: str) -> None:
+    write(xdg_file(environ), text)
+    with pytest.raises(ConfigError, match="allow_credential_env must be true or false"):
+        load_settings(environ)
+
+
+def test_allow_credential_env_variable_must_be_0_or_1(environ: dict[str, str]) -> None:
+    environ["PYBOX_ALLOW_CREDENTIAL_ENV"] = "yes"
+    with pytest.raises(ConfigError, match="PYBOX_ALLOW_CREDENTIAL_ENV must be 0 or 1"):
+        load_settings(environ)

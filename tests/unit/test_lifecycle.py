@@ -302,3 +302,117 @@ def test_an_end_the_engine_has_not_recorded_yet_is_waited_for(
     assert operations[-5:] == ["inspect", "wait", "inspect", "remove", "inspect"]
     assert receipt.observed_by_engine.exit_code == 3
     assert receipt.observed_by_engine.state == "exited"
+
+
+# --- after the exit report only the returned files are at stake (issue 12) ------------
+
+
+def _unknown(receipt: object) -> dict[str, str]:
+    return {u.fact: u.reason for u in receipt.unknown}  # type: ignore[attr-defined]
+
+
+def test_bootstrap_failure_after_exit_keeps_the_programs_status(
+    session: Session, engine: FakeEngine, tmp_path: Path
+) -> None:
+    from tests.unit.fake_engine import json_frame
+
+    engine.script = Script(
+        exit_code=3,
+        after_exit=json_frame(wire.K_FILE, {"path": "a.txt", "size": 2})
+        + frame(wire.K_DATA, b"ok")
+        + json_frame(wire.K_ERROR, {"message": "OSError: [Errno 36] File name too long"}),
+    )
+    outcome = session.run(request(collect_outputs=True), files_dir=tmp_path)
+    receipt = outcome.receipt
+    assert receipt.status is Status.FAILED
+    assert receipt.exit_code == 3
+    assert [f.path for f in outcome.output_files] == ["a.txt"]
+    reason = _unknown(receipt)["returned files"]
+    assert "the bootstrap failed while sending them (OSError: [Errno 36]" in reason
+    assert "the 1 file(s) received before that are kept" in reason
+    assert engine.attachments[0].container.acked  # the box was let go at once
+
+
+def test_protocol_break_after_exit_keeps_the_programs_status(
+    session: Session, engine: FakeEngine, tmp_path: Path
+) -> None:
+    oversized = wire.K_FILES_DONE + (wire.MAX_JSON_FRAME_BYTES + 1).to_bytes(4, "big")
+    engine.script = Script(exit_code=0, after_exit=oversized)
+    receipt = session.run(request(collect_outputs=True), files_dir=tmp_path).receipt
+    assert receipt.status is Status.SUCCEEDED
+    assert receipt.exit_code == 0
+    assert "the box broke the protocol while sending them" in _unknown(receipt)["returned files"]
+
+
+def test_protocol_break_before_exit_is_still_a_sandbox_error(
+    session: Session, engine: FakeEngine
+) -> None:
+    engine.script = Script(raw=wire.K_STDOUT + (wire.MAX_FRAME_BYTES + 1).to_bytes(4, "big"))
+    assert session.run(request()).receipt.status is Status.SANDBOX_ERROR
+
+
+def test_the_boxs_files_problem_is_listed_as_unknown(
+    session: Session, engine: FakeEngine, tmp_path: Path
+) -> None:
+    from tests.unit.fake_engine import json_frame
+
+    problem = "the output folder was replaced by a link; nothing returned"
+    engine.script = Script(
+        exit_code=3,
+        after_exit=json_frame(
+            wire.K_FILES_DONE,
+            {"problem": problem, "files_sent": 0, "files_skipped": [], "files_skipped_more": 0},
+        ),
+    )
+    receipt = session.run(request(collect_outputs=True), files_dir=tmp_path).receipt
+    assert (receipt.status, receipt.exit_code) == (Status.FAILED, 3)
+    assert _unknown(receipt)["returned files"] == f"{problem} (the box's report)"
+
+
+def test_skipped_list_is_capped_with_a_count(
+    session: Session, engine: FakeEngine, tmp_path: Path
+) -> None:
+    from tests.unit.fake_engine import json_frame
+
+    listed = [{"path": f"f{i}", "reason": "over the returned-files count cap"} for i in range(100)]
+    # pybox's own skips (over the count cap of 1) come first, then the box's list.
+    files = b"".join(json_frame(wire.K_FILE, {"path": f"s{i}", "size": 0}) for i in range(30))
+    engine.script = Script(
+        after_exit=files
+        + json_frame(
+            wire.K_FILES_DONE,
+            {"files_sent": 30, "files_skipped": listed, "files_skipped_more": 19_870},
+        ),
+    )
+    outcome = session.run(
+        request(collect_outputs=True, limits=LimitRequest(output_files=1)), files_dir=tmp_path
+    )
+    receipt = outcome.receipt
+    assert receipt.status is Status.SUCCEEDED
+    assert [f.path for f in outcome.output_files] == ["s0"]
+    skipped = receipt.reported_by_program.output_files_skipped
+    assert len(skipped) == wire.MAX_SKIPPED_LISTED
+    assert skipped[0].path == "s1"
+    more = 29 + 100 - wire.MAX_SKIPPED_LISTED + 19_870
+    assert _unknown(receipt)["the other skipped files"].startswith(
+        f"{more} more files were not returned; the receipt lists the first 100"
+    )
+
+
+def test_arguments_env_and_stdin_travel_in_the_payload(
+    session: Session, engine: FakeEngine
+) -> None:
+    session.run(
+        request(
+            code_name="job.py",
+            argv=("a", "b\tc"),
+            env=(("GREETING", "hi\nthere"),),
+            stdin_bytes=b"typed\n",
+        )
+    )
+    container = engine.attachments[0].container
+    assert container.header is not None
+    assert container.header["args"] == ["a", "b\tc"]
+    assert container.header["env"] == [("GREETING", "hi\nthere")]
+    assert container.header["stdin_size"] == 6
+    assert bytes(container.payload).endswith(b"typed\n")

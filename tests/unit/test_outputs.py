@@ -11,7 +11,7 @@ import pytest
 
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.receipt import ReturnedFileDigest, SkippedFile
-from pybox._core.wire import ProtocolError
+from pybox._core.wire import MAX_SKIPPED_LISTED, ProtocolError
 from pybox._orchestration.outputs import (
     MAX_PATH_BYTES,
     MAX_PATH_DEPTH,
@@ -20,6 +20,8 @@ from pybox._orchestration.outputs import (
     discard,
     prepare_destination,
     publish,
+    stage_destination,
+    sweep_stale_staging,
 )
 
 
@@ -484,3 +486,61 @@ def test_discard_removes_staging_and_everything_in_it(tmp_path: Path) -> None:
 def test_discard_of_a_missing_directory_is_harmless(tmp_path: Path) -> None:
     discard(tmp_path / "never-made")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- staging folders of a killed pybox (issue 12) ------------------------------------
+
+DEAD = "host-a:4242:777"
+ALIVE = "host-a:4343:888"
+
+
+def alive(owner: str) -> bool | None:
+    return {DEAD: False, ALIVE: True}.get(owner)
+
+
+def test_staging_is_named_after_its_owner(tmp_path: Path) -> None:
+    staged = stage_destination(tmp_path / "out", owner=ALIVE, alive=alive)
+    assert staged.staging.parent == tmp_path
+    assert staged.staging.name.startswith(f".pybox-staging-{ALIVE}-")
+    assert staged.swept == ()
+
+
+def test_stale_staging_of_a_dead_owner_is_swept_at_the_next_run(tmp_path: Path) -> None:
+    stale = tmp_path / f".pybox-staging-{DEAD}-abcd1234"
+    (stale / "deep" / "er").mkdir(parents=True)
+    (stale / "deep" / "er" / "half.bin").write_bytes(b"untrusted")
+    (stale / "link").symlink_to(tmp_path / "keep.txt")
+    (tmp_path / "keep.txt").write_text("mine")
+    live = tmp_path / f".pybox-staging-{ALIVE}-efgh5678"
+    live.mkdir()
+    unknown = tmp_path / ".pybox-staging-otherhost:1:2-ijkl9012"
+    unknown.mkdir()
+    old_style = tmp_path / ".pybox-staging-k3j4h5g6"
+    old_style.mkdir()
+    staged = stage_destination(tmp_path / "out", owner=ALIVE, alive=alive)
+    assert staged.swept == (stale,)
+    assert not stale.exists()
+    assert (tmp_path / "keep.txt").read_text() == "mine"  # the link was not followed
+    assert live.is_dir() and unknown.is_dir() and old_style.is_dir()
+
+
+def test_a_link_named_like_stale_staging_is_left_alone(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "file").write_text("keep")
+    (tmp_path / f".pybox-staging-{DEAD}-abcd1234").symlink_to(target)
+    assert sweep_stale_staging(tmp_path, alive) == ()
+    assert (target / "file").read_text() == "keep"
+
+
+def test_a_file_named_like_stale_staging_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / f".pybox-staging-{DEAD}-abcd1234").write_text("not a folder")
+    assert sweep_stale_staging(tmp_path, alive) == ()
+
+
+def test_receiver_lists_the_first_skipped_files_and_counts_the_rest(root: Path) -> None:
+    rx = receiver(root, max_files=0)
+    for i in range(MAX_SKIPPED_LISTED + 25):
+        send(rx, f"f{i}", b"x")
+    assert len(rx.skipped) == MAX_SKIPPED_LISTED
+    assert rx.skipped_more == 25

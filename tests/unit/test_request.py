@@ -10,6 +10,10 @@ import pytest
 from pybox._core.errors import InvalidRequest
 from pybox._core.limits import BUILTIN_DEFAULTS, MIB, Limits
 from pybox._core.request import (
+    MAX_ARGS,
+    MAX_ARGS_BYTES,
+    MAX_ENV,
+    MAX_ENV_BYTES,
     MAX_INPUTS,
     MAX_NAME_BYTES,
     InputFile,
@@ -237,3 +241,92 @@ def test_bad_request_changes_nothing() -> None:
     with pytest.raises(InvalidRequest):
         check_request(original, LIMITS)
     assert original == snapshot
+
+
+# --- the program's arguments, environment variables and stdin -------------------------
+
+
+def test_arguments_env_and_stdin_pass() -> None:
+    check_request(
+        request(
+            argv=("a", "b c", "", "--flag"), env=(("GREETING", "hi\tthere\n"),), stdin_bytes=b"x"
+        ),
+        LIMITS,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ("a b", "must be a sequence"),
+        (("a\0b",), "NUL"),
+        ((1,), "must be strings"),
+        (("x",) * (MAX_ARGS + 1), f"the most is {MAX_ARGS}"),
+        (("x" * MAX_ARGS_BYTES,), "Pass large data as an input file"),
+    ],
+    ids=["string", "nul", "not-str", "too-many", "too-big"],
+)
+def test_bad_arguments_are_refused(argv: object, message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        check_request(request(argv=argv), LIMITS)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ((("1ABC", "x"),), "not usable"),
+        ((("A-B", "x"),), "not usable"),
+        ((("A=B", "x"),), "not usable"),
+        ((("", "x"),), "not usable"),
+        ((("A" * 129, "x"),), "not usable"),
+        ((("A", "x\0y"),), "without NUL"),
+        ((("A", 1),), "without NUL"),
+        ((("A", "1"), ("A", "2")), "given twice"),
+        ((("PYBOX_OUTPUT_DIR", "/"),), "pybox's own"),
+        ((("A", "x" * MAX_ENV_BYTES),), "Pass large data"),
+        (tuple((f"V{i}", "x") for i in range(MAX_ENV + 1)), f"the most is {MAX_ENV}"),
+        (("A=1",), "must be a \\(name, value\\) pair"),
+    ],
+    ids=repr,
+)
+def test_bad_environment_variables_are_refused(env: object, message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        check_request(request(env=env), LIMITS)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "GITHUB_TOKEN",
+        "api_key",
+        "DB_PASSWORD",
+        "MY_SECRET",
+        "AWS_REGION",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "HTTP_AUTHORIZATION",
+        "SSH_AUTH_SOCK",
+        "DATABASE_URL",
+        "SENTRY_DSN",
+    ],
+)
+def test_credential_shaped_names_need_the_operator(name: str) -> None:
+    with pytest.raises(InvalidRequest, match=r"looks like a credential.*allow_credential_env"):
+        check_request(request(env=((name, "x"),)), LIMITS)
+    check_request(request(env=((name, "x"),)), LIMITS, allow_credential_env=True)
+
+
+@pytest.mark.parametrize("name", ["GREETING", "MODE", "LANG", "PYTHONHASHSEED", "N_ROWS"])
+def test_ordinary_names_pass(name: str) -> None:
+    check_request(request(env=((name, "x"),)), LIMITS)
+
+
+def test_stdin_must_be_bytes_and_counts_as_input() -> None:
+    with pytest.raises(InvalidRequest, match="stdin must be bytes"):
+        check_request(request(stdin_bytes="text"), LIMITS)
+    with pytest.raises(InvalidRequest, match="code, inputs and stdin are"):
+        check_request(request(stdin_bytes=b"x" * (2 * MIB)), limits(input_bytes=2 * MIB))
+
+
+def test_an_input_cannot_take_the_programs_name() -> None:
+    with pytest.raises(InvalidRequest, match="the program's own name"):
+        check_request(request(code_name="job.py", inputs=(InputFile("job.py", b""),)), LIMITS)

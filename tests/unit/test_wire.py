@@ -248,6 +248,9 @@ def test_payload_layout_as_the_box_reads_it() -> None:
         "collect_outputs": True,
         "max_files": 7,
         "max_file_bytes": 1234,
+        "args": [],
+        "env": [],
+        "stdin_size": 0,
     }
     # Then the code and each input, in header order, back to back.
     assert rest == b"print('hi')\nAAAA\x00\x01"
@@ -323,7 +326,15 @@ def test_payload_refuses_fields_that_would_break_the_header(overrides: dict[str,
 def test_bootstrap_constants_equal_wire_constants() -> None:
     box = bootstrap_namespace()
     assert callable(box["main"])  # defined, not run
-    for name in ("VERSION", "MAGIC", "ACK", "CHUNK", "BACKSTOP_EXIT"):
+    for name in (
+        "VERSION",
+        "MAGIC",
+        "ACK",
+        "CHUNK",
+        "BACKSTOP_EXIT",
+        "MAX_SKIPPED_LISTED",
+        "MAX_SKIPPED_JSON_BYTES",
+    ):
         assert box[name] == getattr(wire, name), name
     box_kinds = {name: value for name, value in box.items() if name.startswith("K_")}
     wire_kinds = {name: getattr(wire, name) for name in dir(wire) if name.startswith("K_")}

@@ -15,6 +15,7 @@ and the local engine elsewhere. A `[colima]` table names trusted `colima` and
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,7 +33,16 @@ POOL_ENV = {
     "PYBOX_POOL_IDLE_S": "idle_s",
     "PYBOX_POOL_MEMORY_MIB": "memory_budget_mib",
 }
-CONFIG_SECTIONS = ("defaults", "ceilings", "state_dir", "pool", "repair", "platform", "colima")
+CONFIG_SECTIONS = (
+    "defaults",
+    "ceilings",
+    "state_dir",
+    "pool",
+    "repair",
+    "platform",
+    "colima",
+    "allow_credential_env",
+)
 PLATFORMS = ("auto", "linux", "colima")
 COLIMA_KEYS = {
     "colima": str,
@@ -185,6 +195,10 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
             _section(repair, "ceilings", path),
             f"{path} [repair]",
         )
+        if "allow_credential_env" in data:
+            if not isinstance(data["allow_credential_env"], bool):
+                raise ConfigError(f"{path}: allow_credential_env must be true or false.")
+            policy = dataclasses.replace(policy, allow_credential_env=data["allow_credential_env"])
         if "state_dir" in data and "PYBOX_STATE_DIR" not in environ:
             if not isinstance(data["state_dir"], str):
                 raise ConfigError(f"{path}: state_dir must be a path string.")
@@ -205,6 +219,13 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     env_pool = {key: environ[name] for name, key in POOL_ENV.items() if name in environ}
     if env_pool:
         pool = pool.with_settings(env_pool, "environment")
+        if "environment" not in sources:
+            sources.append("environment")
+    allow = environ.get("PYBOX_ALLOW_CREDENTIAL_ENV")
+    if allow:
+        if allow not in ("0", "1"):
+            raise ConfigError(f"PYBOX_ALLOW_CREDENTIAL_ENV must be 0 or 1, not {allow!r}.")
+        policy = dataclasses.replace(policy, allow_credential_env=allow == "1")
         if "environment" not in sources:
             sources.append("environment")
     if environ.get("PYBOX_PLATFORM"):

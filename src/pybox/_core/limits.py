@@ -258,6 +258,9 @@ class Policy:
 
     defaults: Limits = BUILTIN_DEFAULTS
     ceilings: Limits = BUILTIN_CEILINGS
+    # Environment variables with credential-shaped names (TOKEN, SECRET, AWS_...)
+    # reach the untrusted program only when the operator says so.
+    allow_credential_env: bool = False
 
     def __post_init__(self) -> None:
         check_defaults_within(LIMIT_FIELDS, self.defaults, self.ceilings)
@@ -272,7 +275,11 @@ class Policy:
         new_defaults, new_ceilings = apply_settings(
             LIMIT_FIELDS, self.defaults, self.ceilings, defaults, ceilings, where
         )
-        return Policy(defaults=Limits(**new_defaults), ceilings=Limits(**new_ceilings))  # type: ignore[arg-type]
+        return Policy(
+            defaults=Limits(**new_defaults),  # type: ignore[arg-type]
+            ceilings=Limits(**new_ceilings),  # type: ignore[arg-type]
+            allow_credential_env=self.allow_credential_env,
+        )
 
     def resolve(self, request: LimitRequest) -> Limits:
         """Effective limits for `request`: defaults filled in, ceilings enforced."""

@@ -12,6 +12,22 @@ from pybox._core.limits import LimitRequest, Limits
 CODE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.py")
 MAX_NAME_BYTES = 255
 MAX_INPUTS = 1000
+# The program's own arguments and environment variables: bounded well inside
+# what the kernel takes for one execve (each string at most 128 KiB there).
+MAX_ARGS = 1000
+MAX_ARGS_BYTES = 128 * 1024
+MAX_ENV = 200
+MAX_ENV_BYTES = 128 * 1024
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Names that usually hold a credential. The program is untrusted: such a
+# variable is refused unless the operator allows it (allow_credential_env).
+CREDENTIAL_NAME_RE = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE"
+    r"|CERT|DSN|DATABASE_URL"
+    r"|^(AWS|AZURE|GCP|GOOGLE|GITHUB|GH|GITLAB|OPENAI|ANTHROPIC|HF|HUGGINGFACE|SLACK|STRIPE"
+    r"|NPM|PYPI|TWINE|DOCKER|KUBE|VAULT|SSH|GPG)_",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +46,12 @@ class RunRequest:
     limits: LimitRequest = field(default_factory=LimitRequest)
     image: str = "stdlib"
     collect_outputs: bool = False
+    # The program's arguments after its own name: sys.argv[1:].
+    argv: tuple[str, ...] = ()
+    # Environment variables for the program, on top of the box's own.
+    env: tuple[tuple[str, str], ...] = ()
+    # What the program reads on stdin (a regular file); empty means end-of-file at once.
+    stdin_bytes: bytes = b""
 
 
 def check_input_name(name: object) -> str:
@@ -49,7 +71,71 @@ def check_input_name(name: object) -> str:
     return name
 
 
-def check_request(request: RunRequest, limits: Limits) -> None:
+def _check_argv(argv: object) -> None:
+    if not isinstance(argv, tuple | list):
+        raise InvalidRequest(f"argv must be a sequence of strings, not {type(argv).__name__}.")
+    if len(argv) > MAX_ARGS:
+        raise InvalidRequest(f"{len(argv)} program arguments were given; the most is {MAX_ARGS}.")
+    total = 0
+    for arg in argv:
+        if not isinstance(arg, str):
+            raise InvalidRequest(f"Program arguments must be strings, not {arg!r}.")
+        if "\0" in arg:
+            raise InvalidRequest(f"Program argument {arg[:80]!r} holds a NUL character.")
+        total += len(arg.encode("utf-8", "surrogateescape")) + 1
+    if total > MAX_ARGS_BYTES:
+        raise InvalidRequest(
+            f"The program arguments are {total} bytes; the most is {MAX_ARGS_BYTES}. "
+            "Pass large data as an input file or on stdin."
+        )
+
+
+def check_env(env: object, *, allow_credentials: bool = False) -> None:
+    """Names are plain identifiers, values hold no NUL, both bounded; pybox's own
+    variables cannot be replaced; credential-shaped names need the operator."""
+    if not isinstance(env, tuple | list):
+        raise InvalidRequest(f"env must be (name, value) pairs, not {type(env).__name__}.")
+    if len(env) > MAX_ENV:
+        raise InvalidRequest(f"{len(env)} environment variables were given; the most is {MAX_ENV}.")
+    seen: set[str] = set()
+    total = 0
+    for item in env:
+        if not (isinstance(item, tuple | list) and len(item) == 2):
+            raise InvalidRequest(
+                f"Each environment variable must be a (name, value) pair: {item!r}."
+            )
+        name, value = item
+        if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
+            raise InvalidRequest(
+                f"Environment variable name {name!r} is not usable: use letters, digits and "
+                "'_', not starting with a digit, at most 128 characters."
+            )
+        if not isinstance(value, str) or "\0" in value:
+            raise InvalidRequest(f"Environment variable {name} must be a string without NUL.")
+        if name in seen:
+            raise InvalidRequest(f"Environment variable {name} is given twice.")
+        seen.add(name)
+        if name.upper().startswith("PYBOX_"):
+            raise InvalidRequest(
+                f"Environment variable {name} is pybox's own (PYBOX_*); choose another name."
+            )
+        if not allow_credentials and CREDENTIAL_NAME_RE.search(name):
+            raise InvalidRequest(
+                f"Environment variable {name} looks like a credential; pybox does not hand "
+                "credentials to untrusted code. Rename it, or have the operator set "
+                "allow_credential_env = true (PYBOX_ALLOW_CREDENTIAL_ENV=1)."
+            )
+        total += len(name) + len(value.encode("utf-8", "surrogateescape")) + 2
+    if total > MAX_ENV_BYTES:
+        raise InvalidRequest(
+            f"The environment variables are {total} bytes; the most is {MAX_ENV_BYTES}. "
+            "Pass large data as an input file or on stdin."
+        )
+
+
+def check_request(
+    request: RunRequest, limits: Limits, *, allow_credential_env: bool = False
+) -> None:
     """Refuse a request that cannot run as asked, before anything is created."""
     if not isinstance(request.code, bytes):
         raise InvalidRequest(f"The code must be bytes, not {type(request.code).__name__}.")
@@ -72,17 +158,31 @@ def check_request(request: RunRequest, limits: Limits) -> None:
             )
         if name in seen:
             raise InvalidRequest(f"Input file name {name!r} is given twice; names must be unique.")
+        if name == request.code_name:
+            raise InvalidRequest(
+                f"Input file name {name!r} is the program's own name; inputs sit next to the "
+                "program in its working folder. Rename the input."
+            )
         seen.add(name)
-    total = len(request.code) + sum(len(item.data) for item in request.inputs)
+    _check_argv(request.argv)
+    check_env(request.env, allow_credentials=allow_credential_env)
+    if not isinstance(request.stdin_bytes, bytes):
+        raise InvalidRequest(f"stdin must be bytes, not {type(request.stdin_bytes).__name__}.")
+    total = (
+        len(request.code)
+        + sum(len(item.data) for item in request.inputs)
+        + len(request.stdin_bytes)
+    )
     if total > limits.input_bytes:
         raise InvalidRequest(
-            f"The code and inputs are {total} bytes; the maximum is {limits.input_bytes} bytes "
-            "(input_mib). Send less, or ask the operator to raise ceilings.input_mib."
+            f"The code, inputs and stdin are {total} bytes; the maximum is "
+            f"{limits.input_bytes} bytes (input_mib). Send less, or ask the operator to raise "
+            "ceilings.input_mib."
         )
     # The code and inputs live in the box's writable tmpfs, next to what the program writes.
     if total > limits.writable_bytes // 2:
         raise InvalidRequest(
-            f"The code and inputs are {total} bytes; they must fit in half of the box's "
+            f"The code, inputs and stdin are {total} bytes; they must fit in half of the box's "
             f"writable space ({limits.writable_bytes} bytes). Ask for more writable space "
             "(writable_mib) or send less."
         )

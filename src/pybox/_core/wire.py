@@ -28,6 +28,10 @@ BACKSTOP_EXIT = 124
 # JSON frames are small; data frames are at most one pipe read.
 MAX_FRAME_BYTES = CHUNK
 MAX_JSON_FRAME_BYTES = 1 << 20
+# The box's files-done report lists this many skipped files at most (the bootstrap
+# mirrors it), and counts the rest.
+MAX_SKIPPED_LISTED = 100
+MAX_SKIPPED_JSON_BYTES = 256 * 1024
 
 
 class ProtocolError(SandboxError):
@@ -96,18 +100,26 @@ def encode_payload(
     collect_outputs: bool,
     max_files: int,
     max_file_bytes: int,
+    args: tuple[str, ...] = (),
+    env: tuple[tuple[str, str], ...] = (),
+    stdin: bytes = b"",
 ) -> Iterator[bytes]:
     """The stdin payload for the bootstrap, as a sequence of byte chunks.
 
     The header is tab-separated lines (the bootstrap parses it without `json`);
     names never hold tabs or newlines: requests with control characters in
-    names are refused before this point.
+    names are refused before this point. The program's own arguments and
+    environment variables may hold anything but NUL, so they travel as hex.
+    After the code and inputs comes the program's stdin.
     """
     lines: list[list[str]] = [
         ["version", str(VERSION)],
         ["argv", *argv],
         ["code", code_name, str(len(code))],
         *(["input", item.name, str(len(item.data))] for item in inputs),
+        *(["arg", _hex(arg)] for arg in args),
+        *(["env", _hex(name), _hex(value)] for name, value in env),
+        ["stdin", str(len(stdin))],
         ["backstop_s", repr(float(backstop_s))],
         ["collect_outputs", "1" if collect_outputs else "0"],
         ["max_files", str(max_files)],
@@ -123,3 +135,9 @@ def encode_payload(
     yield code
     for item in inputs:
         yield item.data
+    if stdin:
+        yield stdin
+
+
+def _hex(text: str) -> str:
+    return text.encode("utf-8", "surrogateescape").hex()

@@ -17,7 +17,7 @@ from pybox._core.receipt import Receipt
 from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import InputFile, RunRequest
 from pybox._orchestration.lifecycle import RunOutcome
-from pybox._orchestration.outputs import discard, prepare_destination
+from pybox._orchestration.outputs import discard, stage_destination
 from pybox._orchestration.repair import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 
@@ -36,12 +36,18 @@ class LimitOptions(TypedDict, total=False):
     open_files: int | None
     writable_bytes: int | None
     output_bytes: int | None
+    output_files: int | None
+    output_files_bytes: int | None
+    input_bytes: int | None
 
 
 class RunOptions(LimitOptions, total=False):
     """The keyword arguments of `Client.run` and `run_container`."""
 
     inputs: Iterable[InputLike]
+    argv: Sequence[str]
+    stdin: str | bytes | None
+    env: Mapping[str, str] | Iterable[tuple[str, str]] | None
     collect_outputs: bool
     output_dir: str | os.PathLike[str] | None
     image: str
@@ -80,6 +86,8 @@ class RunResult:
     receipt: Receipt
     output_files: tuple[OutputFile, ...] = ()
     output_dir: Path | None = None
+    # Staging folders of killed pybox processes removed beside `output_dir`.
+    stale_staging_removed: tuple[Path, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -103,8 +111,23 @@ def _inputs(inputs: Iterable[InputLike]) -> tuple[InputFile, ...]:
     return tuple(converted)
 
 
+def _env(env: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> tuple[tuple[str, str], ...]:
+    if env is None:
+        return ()
+    pairs = env.items() if isinstance(env, Mapping) else env
+    converted: list[tuple[str, str]] = []
+    for pair in pairs:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise InvalidRequest(f"env must be a mapping or (name, value) pairs, not {pair!r}.")
+        converted.append((pair[0], pair[1]))
+    return tuple(converted)
+
+
 def _result(
-    outcome: RunOutcome, files: tuple[OutputFile, ...], output_dir: Path | None
+    outcome: RunOutcome,
+    files: tuple[OutputFile, ...],
+    output_dir: Path | None,
+    swept: tuple[Path, ...] = (),
 ) -> RunResult:
     receipt = outcome.receipt
     return RunResult(
@@ -117,6 +140,7 @@ def _result(
         receipt=receipt,
         output_files=files,
         output_dir=output_dir,
+        stale_staging_removed=swept,
     )
 
 
@@ -180,7 +204,13 @@ class Client:
         open_files: int | None = None,
         writable_bytes: int | None = None,
         output_bytes: int | None = None,
+        output_files: int | None = None,
+        output_files_bytes: int | None = None,
+        input_bytes: int | None = None,
         inputs: Iterable[InputLike] = (),
+        argv: Sequence[str] = (),
+        stdin: str | bytes | None = None,
+        env: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
         collect_outputs: bool = False,
         output_dir: str | os.PathLike[str] | None = None,
         image: str = "stdlib",
@@ -194,9 +224,18 @@ class Client:
         the files the program writes to `$PYBOX_OUTPUT_DIR` come back in
         `output_files`; with `output_dir` they are also written there, all at
         once (the directory must be new or empty).
+
+        The program runs as `python3 <code_name> *argv`; `stdin` is what it reads
+        on standard input (none: end-of-file at once); `env` adds environment
+        variables (credential-shaped names need the operator's consent). Inputs
+        sit next to the program: `open("data.csv")` and `import helper` work.
         """
         if isinstance(code, str):
             code = code.encode("utf-8")
+        if isinstance(stdin, str):
+            stdin = stdin.encode("utf-8")
+        if isinstance(argv, str):
+            raise InvalidRequest("argv must be a sequence of strings, not one string.")
         request = RunRequest(
             code=code,
             code_name=code_name,
@@ -209,15 +248,23 @@ class Client:
                 open_files=open_files,
                 writable_bytes=writable_bytes,
                 output_bytes=output_bytes,
+                output_files=output_files,
+                output_files_bytes=output_files_bytes,
+                input_bytes=input_bytes,
             ),
             image=image,
             collect_outputs=collect_outputs or output_dir is not None,
+            argv=tuple(argv),
+            env=_env(env),
+            stdin_bytes=b"" if stdin is None else stdin,
         )
         session = self._session
         session.resolve(request)  # refuse before touching the file system
         destination = Path(output_dir) if output_dir is not None else None
+        swept: tuple[Path, ...] = ()
         if destination is not None:
-            staging = prepare_destination(destination)
+            staged = stage_destination(destination)
+            staging, swept = staged.staging, staged.swept
         elif request.collect_outputs:
             staging = Path(tempfile.mkdtemp(prefix="pybox-outputs-"))
         else:
@@ -238,7 +285,7 @@ class Client:
             session.publish_outputs(staging, destination)
         elif staging is not None:
             discard(staging)
-        return _result(outcome, files, destination)
+        return _result(outcome, files, destination, swept)
 
     def repair(
         self,

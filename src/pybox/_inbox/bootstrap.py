@@ -12,8 +12,8 @@
 # Frames out (fd 1): one kind byte, a 4-byte big-endian length, the payload
 # (JSON for control frames, raw bytes for output and file data).
 # Payload in (fd 0): MAGIC, a 4-byte length, a header of tab-separated lines,
-# then the raw bytes of the code and each input, in header order; later one
-# ACK byte. No `json` import: it costs about 10 ms of start-up in the box.
+# then the raw bytes of the code, each input and the program's stdin, in header
+# order; later one ACK byte. No `json` import: it costs about 10 ms of start-up in the box.
 # Only C modules: `signal`, `stat` and `ctypes` pull in enum and friends, which
 # costs several milliseconds of start-up on every run.
 import _signal as signal
@@ -37,6 +37,14 @@ ACK_WAIT_S = 2.0
 # (outside the program's own run) means it froze or hung.
 STALL_S = 10.0
 WORK, INPUT, OUTPUT = "/pybox/work", "/pybox/input", "/pybox/output"
+# Returned files: the same bounds as pybox's own checks, so nothing unbounded is walked.
+MAX_DEPTH = 32
+MAX_PATH_BYTES = 1024
+# The files-done report lists at most this many skipped files (and this much JSON),
+# with a count of the rest: a program that writes many files is a normal program.
+MAX_SKIPPED_LISTED = 100
+MAX_SKIPPED_JSON_BYTES = 256 * 1024
+MAX_MESSAGE_CHARS = 2000
 
 
 class ControllerGone(Exception):
@@ -142,9 +150,14 @@ def dumps(value):
     raise TypeError("cannot report a %s" % type(value).__name__)
 
 
+def _unhex(field):
+    # Arguments and variables may hold tabs and newlines: they travel as hex.
+    return bytes.fromhex(field).decode("utf-8", "surrogateescape")
+
+
 def parse_header(raw):
     """The host's header: one `key<TAB>field<TAB>...` line per setting."""
-    header = {"inputs": []}
+    header = {"inputs": [], "args": [], "env": [], "stdin_size": 0}
     for line in raw.decode("utf-8", "surrogateescape").split("\n"):
         if not line:
             continue
@@ -155,6 +168,12 @@ def parse_header(raw):
             header["code_name"], header["code_size"] = fields[0], int(fields[1])
         elif key == "input":
             header["inputs"].append({"name": fields[0], "size": int(fields[1])})
+        elif key == "arg":
+            header["args"].append(_unhex(fields[0]))
+        elif key == "env":
+            header["env"].append((_unhex(fields[0]), _unhex(fields[1])))
+        elif key == "stdin":
+            header["stdin_size"] = int(fields[0])
         elif key == "backstop_s":
             header["backstop_s"] = float(fields[0])
         elif key in ("version", "max_files", "max_file_bytes"):
@@ -213,7 +232,58 @@ def reap(main_pid, block):
             main_status = status
 
 
-def prestart(python, code_name):
+def ignore_signals():
+    """Ignore every signal the program can send PID 1; return the ones ignored.
+
+    kill(1, ...) and kill(-1, ...) from the program reach the bootstrap. The
+    kernel drops a signal to a namespace's init only while its handler is the
+    default, and Python installs one for SIGINT: a program could raise
+    KeyboardInterrupt in PID 1 and make its own end look like pybox's error.
+    SIGCHLD keeps a handler (pump needs it; it only wakes the loop). SIGKILL and
+    SIGSTOP cannot be caught, and the kernel never lets the program send them to
+    its namespace's init.
+    """
+    ignored = []
+    for number in signal.valid_signals():
+        if number in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+            continue
+        try:
+            signal.signal(number, signal.SIG_IGN)
+        except (OSError, ValueError, RuntimeError):
+            continue
+        ignored.append(number)
+    return tuple(ignored)
+
+
+def spawn(python, argv, env, stdin_fd, defaults):
+    """Start the program's interpreter in its own session, with default signal
+    handling (the bootstrap's ignored signals are not inherited)."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    stdin = (
+        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)
+        if stdin_fd is None
+        else (os.POSIX_SPAWN_DUP2, stdin_fd, 0)
+    )
+    pid = os.posix_spawn(
+        python,
+        argv,
+        env,
+        file_actions=[
+            stdin,
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2),
+        ],
+        setsid=True,
+        setsigdef=defaults,
+        setsigmask=(),
+    )
+    os.close(out_w)
+    os.close(err_w)
+    return pid, out_r, err_r
+
+
+def prestart(python, code_name, defaults):
     """Start `python <code_name>` before the code arrives.
 
     The program's file is a FIFO at first: the interpreter initialises (site and
@@ -224,25 +294,53 @@ def prestart(python, code_name):
     for folder in (WORK, INPUT, OUTPUT):
         os.makedirs(folder, exist_ok=True)
     os.mkfifo(os.path.join(WORK, code_name), 0o600)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     os.chdir(WORK)
-    pid = os.posix_spawn(
-        python,
-        [python, code_name],
-        dict(os.environ),
-        file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, out_w, 1),
-            (os.POSIX_SPAWN_DUP2, err_w, 2),
-        ],
-        setsid=True,
-        setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD),
-        setsigmask=(),
-    )
-    os.close(out_w)
-    os.close(err_w)
-    return pid, out_r, err_r
+    return spawn(python, [python, code_name], dict(os.environ), None, defaults)
+
+
+def restart(started, python, code_name, header, defaults):
+    """Replace the pre-started interpreter with one that has the run's own
+    arguments, environment variables or stdin (it has not read its script yet,
+    so none of the program's code ran in it)."""
+    pid, out_r, err_r = started
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    os.waitpid(pid, 0)
+    os.close(out_r)
+    os.close(err_r)
+    env = dict(os.environ)
+    env.update(header["env"])
+    stdin_fd = None
+    if header["stdin_size"]:
+        # A regular file, as `python3 NAME.py < FILE` gives; unlinked once opened.
+        path = os.path.join("/pybox", ".stdin-%d" % os.getpid())
+        stdin_fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        os.unlink(path)
+    try:
+        return spawn(python, [python, code_name, *header["args"]], env, stdin_fd, defaults)
+    finally:
+        if stdin_fd is not None:
+            os.close(stdin_fd)
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def receive_file(link, path, size, mode):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        left = size
+        while left:
+            part = link.read_exact(min(left, 1 << 20))
+            write_all(fd, part)
+            left -= len(part)
+    finally:
+        os.close(fd)
 
 
 def unpack_inputs(link, header):
@@ -250,18 +348,19 @@ def unpack_inputs(link, header):
         name = item["name"]
         if "/" in name or name in (".", "..") or "\0" in name:
             raise ValueError("bad input name %r" % name)
-        fd = os.open(
-            os.path.join(INPUT, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444
-        )
-        left = item["size"]
-        while left:
-            part = link.read_exact(min(left, 1 << 20))
-            view = memoryview(part)
-            while view:
-                view = view[os.write(fd, view) :]
-            left -= len(part)
-        os.close(fd)
+        path = os.path.join(INPUT, name)
+        receive_file(link, path, item["size"], 0o444)
+        # Also in the working folder (the script's folder, first on sys.path), so
+        # `open("data.csv")` and `import helper` work as they would next to the
+        # script. A hard link: the same read-only file, not a copy.
+        try:
+            os.link(path, os.path.join(WORK, name))
+        except OSError:
+            pass
     os.chmod(INPUT, 0o555)
+    if header["stdin_size"]:
+        path = os.path.join("/pybox", ".stdin-%d" % os.getpid())
+        receive_file(link, path, header["stdin_size"], 0o400)
 
 
 def hand_over_code(code_name, code, pid, deadline):
@@ -342,65 +441,174 @@ def pump(link, pid, out_r, err_r, deadline, status):
     return status, backstop
 
 
-def walk_outputs():
-    files, skipped, stack = [], [], [""]
-    while stack:
-        rel = stack.pop()
+class Outputs:
+    """Sends the output folder's regular files, within pybox's caps.
+
+    Never follows a link: the folder, every sub-folder and every file is opened
+    relative to its parent's descriptor with O_NOFOLLOW, so a program that
+    swaps a folder for a link to / after it wrote its files cannot make the
+    bootstrap read, or walk, anything outside the output folder. Depth and path
+    length are bounded; the list of skipped files is capped, with a count.
+    """
+
+    def __init__(self, link, max_files, max_bytes):
+        self.link, self.max_files, self.max_bytes = link, max_files, max_bytes
+        self.sent, self.total = 0, 0
+        self.skipped, self.skipped_more, self._skipped_json = [], 0, 0
+
+    def skip(self, path, reason):
+        entry = {"path": path[:MAX_PATH_BYTES], "reason": reason}
+        size = len(dumps(entry))
+        if (
+            len(self.skipped) < MAX_SKIPPED_LISTED
+            and self._skipped_json + size <= MAX_SKIPPED_JSON_BYTES
+        ):
+            self.skipped.append(entry)
+            self._skipped_json += size
+        else:
+            self.skipped_more += 1
+
+    def send_all(self):
+        """Send every file; return a problem that lost them all, or None."""
         try:
-            entries = sorted(
-                os.scandir(os.path.join(OUTPUT, rel) if rel else OUTPUT), key=lambda e: e.name
+            root = os.open(OUTPUT, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            try:
+                mode = os.lstat(OUTPUT).st_mode
+            except OSError:
+                return "the output folder was removed; nothing returned"
+            if stat.S_ISLNK(mode):
+                return "the output folder was replaced by a link; nothing returned"
+            if not stat.S_ISDIR(mode):
+                return "the output folder was replaced by something else; nothing returned"
+            return "the output folder could not be opened (%s); nothing returned" % exc.strerror
+        try:
+            self._folder(root, "", 1)
+        finally:
+            os.close(root)
+        return None
+
+    def _folder(self, folder_fd, rel, depth):
+        try:
+            with os.scandir(folder_fd) as entries:
+                names = sorted(entry.name for entry in entries)
+        except OSError as exc:
+            self.skip(rel, "unreadable directory: %s" % exc.strerror)
+            return
+        for name in names:
+            path = rel + "/" + name if rel else name
+            if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+                self.skip(path, "path longer than %d bytes" % MAX_PATH_BYTES)
+                continue
+            try:
+                mode = os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode
+            except OSError as exc:
+                self.skip(path, "unreadable: %s" % exc.strerror)
+                continue
+            if stat.S_ISDIR(mode):
+                self._subfolder(folder_fd, name, path, depth)
+            elif stat.S_ISREG(mode):
+                self._file(folder_fd, name, path)
+            else:
+                self.skip(path, "symbolic link" if stat.S_ISLNK(mode) else "not a regular file")
+
+    def _subfolder(self, folder_fd, name, path, depth):
+        if depth >= MAX_DEPTH:
+            self.skip(path, "nested deeper than %d folders; not searched" % MAX_DEPTH)
+            return
+        try:
+            fd = os.open(
+                name,
+                os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                dir_fd=folder_fd,
             )
         except OSError as exc:
-            skipped.append({"path": rel, "reason": "unreadable directory: %s" % exc.strerror})
-            continue
-        for entry in entries:
-            path = rel + "/" + entry.name if rel else entry.name
-            mode = entry.stat(follow_symlinks=False).st_mode
-            if stat.S_ISDIR(mode):
-                stack.append(path)
-            elif stat.S_ISREG(mode):
-                files.append(path)
-            else:
-                kind = "symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-                skipped.append({"path": path, "reason": kind})
-    return files, skipped
+            self.skip(path, "unreadable directory: %s" % exc.strerror)
+            return
+        try:
+            self._folder(fd, path, depth + 1)
+        finally:
+            os.close(fd)
+
+    def _file(self, folder_fd, name, path):
+        if self.sent >= self.max_files:
+            self.skip(path, "over the returned-files count cap")
+            return
+        try:
+            fd = os.open(
+                name,
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                dir_fd=folder_fd,
+            )
+        except OSError as exc:
+            self.skip(path, "unreadable: %s" % exc.strerror)
+            return
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                self.skip(path, "not a regular file")
+                return
+            size = info.st_size
+            if self.total + size > self.max_bytes:
+                self.skip(path, "over the returned-bytes cap")
+                return
+            self.link.send_json(K_FILE, {"path": path, "size": size})
+            left = size
+            while left:
+                try:
+                    data = os.read(fd, min(CHUNK, left))
+                except OSError:
+                    data = b""
+                if not data:
+                    # Nothing of the program runs any more, so the file cannot
+                    # shrink; keep the framing exact whatever happens.
+                    data = b"\0" * min(CHUNK, left)
+                self.link.send(K_DATA, data)
+                left -= len(data)
+            self.sent += 1
+            self.total += size
+        finally:
+            os.close(fd)
 
 
 def send_outputs(link, max_files, max_bytes):
-    files, skipped = walk_outputs()
-    sent, total = 0, 0
-    for path in files:
-        try:
-            fd = os.open(os.path.join(OUTPUT, path), os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as exc:
-            skipped.append({"path": path, "reason": "unreadable: %s" % exc.strerror})
-            continue
-        with os.fdopen(fd, "rb") as handle:
-            size = os.fstat(fd).st_size
-            if sent >= max_files:
-                skipped.append({"path": path, "reason": "over the returned-files count cap"})
-                continue
-            if total + size > max_bytes:
-                skipped.append({"path": path, "reason": "over the returned-bytes cap"})
-                continue
-            link.send_json(K_FILE, {"path": path, "size": size})
-            left = size
-            while left:
-                data = handle.read(min(CHUNK, left))
-                if not data:
-                    data = b"\0" * min(CHUNK, left)  # shrank underneath us: keep framing exact
-                link.send(K_DATA, data)
-                left -= len(data)
-            sent += 1
-            total += size
-    return sent, skipped
+    outputs = Outputs(link, max_files, max_bytes)
+    report = {}
+    problem = outputs.send_all()
+    if problem is not None:
+        report["problem"] = problem
+    report.update(
+        files_sent=outputs.sent,
+        files_skipped=outputs.skipped,
+        files_skipped_more=outputs.skipped_more,
+    )
+    link.send_json(K_FILES_DONE, report)
+
+
+def finish(link, header, backstop):
+    """Everything after the exit report. Its failure never changes the program's
+    exit status: it is reported (pybox lists what was lost) and the box ends
+    with the program's own status."""
+    try:
+        if header["collect_outputs"] and not backstop:
+            send_outputs(link, header["max_files"], header["max_file_bytes"])
+    except ControllerGone:
+        raise
+    except BaseException as exc:
+        message = ("%s: %s" % (type(exc).__name__, exc))[:MAX_MESSAGE_CHARS]
+        link.send_json(K_ERROR, {"message": message})
+    # Stay alive until pybox has taken its last kernel sample, or for a short while.
+    ready, _, _ = select.select([link.fd_in], [], [], ACK_WAIT_S)
+    if ready:
+        os.read(link.fd_in, 1)
 
 
 def main(link):
     python, code_name, payload_wait_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    defaults = (*ignore_signals(), signal.SIGCHLD)
     # The program's interpreter starts first, so its start-up overlaps the wait for
     # the payload; it runs nothing of the program's until the code is handed over.
-    pid, out_r, err_r = prestart(python, code_name)
+    started = prestart(python, code_name, defaults)
     protected = make_nondumpable()
     link.send_json(
         K_READY,
@@ -414,6 +622,9 @@ def main(link):
         raise ValueError("the payload is for %r, this box runs %r" % (header["argv"], code_name))
     code = link.read_exact(header["code_size"])
     unpack_inputs(link, header)
+    if header["args"] or header["env"] or header["stdin_size"]:
+        started = restart(started, python, code_name, header, defaults)
+    pid, out_r, err_r = started
     link.program_deadline = deadline
     status = hand_over_code(code_name, code, pid, deadline)
     link.send_json(K_STARTED, {})
@@ -422,13 +633,7 @@ def main(link):
     exit_code = None if status is None else os.waitstatus_to_exitcode(status)
     # The exit report comes first: the program's deadline no longer applies to the files.
     link.send_json(K_EXIT, {"exit_code": exit_code, "backstop": backstop})
-    if header["collect_outputs"] and not backstop:
-        sent, skipped = send_outputs(link, header["max_files"], header["max_file_bytes"])
-        link.send_json(K_FILES_DONE, {"files_sent": sent, "files_skipped": skipped})
-    # Stay alive until pybox has taken its last kernel sample, or for a short while.
-    ready, _, _ = select.select([link.fd_in], [], [], ACK_WAIT_S)
-    if ready:
-        os.read(link.fd_in, 1)
+    finish(link, header, backstop)
     if backstop:
         return BACKSTOP_EXIT
     if exit_code is None:
@@ -446,7 +651,8 @@ if __name__ == "__main__":
         code = BACKSTOP_EXIT
     except BaseException as exc:  # report, never hang: the host reads this as a sandbox error
         try:
-            link.send_json(K_ERROR, {"message": "%s: %s" % (type(exc).__name__, exc)})
+            message = ("%s: %s" % (type(exc).__name__, exc))[:MAX_MESSAGE_CHARS]
+            link.send_json(K_ERROR, {"message": message})
         except ControllerGone:
             pass
         code = 125

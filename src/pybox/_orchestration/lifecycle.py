@@ -245,6 +245,9 @@ class BoxRun:
         self.exit_info: dict[str, Any] | None = None
         self.files_report: dict[str, Any] | None = None
         self.bootstrap_error: str | None = None
+        # After the exit report only the returned files are at stake: a failure
+        # there is listed in `unknown` and never replaces the program's status.
+        self.files_lost: str | None = None
         self.final_inspect: JSONObject | None = None
         self.removal_confirmed = False
         self.removal_error: str | None = None
@@ -363,6 +366,9 @@ class BoxRun:
             collect_outputs=self.files is not None,
             max_files=self.limits.output_files,
             max_file_bytes=self.limits.output_files_bytes,
+            args=tuple(self.request.argv),
+            env=tuple(self.request.env),
+            stdin=self.request.stdin_bytes,
         )
         for chunk in payload:
             stream.send(chunk)
@@ -403,11 +409,19 @@ class BoxRun:
                 room = BOOTSTRAP_DIAGNOSTICS_BYTES - len(self.diagnostics)
                 self.diagnostics += data[: max(room, 0)]
                 continue
-            for frame in decoder.feed(data):
-                if self._handle(frame, stream) and drain_until is None:
-                    # Time to receive the returned files, at a modest 32 MiB/s.
-                    budget = DRAIN_AFTER_EXIT_S + self.limits.output_files_bytes / (32 * MIB)
-                    drain_until = time.monotonic() + budget
+            if self.files_lost is not None:
+                continue  # the transfer broke off; wait for the box's end, decode nothing
+            try:
+                for frame in decoder.feed(data):
+                    if self._handle(frame, stream) and drain_until is None:
+                        # Time to receive the returned files, at a modest 32 MiB/s.
+                        budget = DRAIN_AFTER_EXIT_S + self.limits.output_files_bytes / (32 * MIB)
+                        drain_until = time.monotonic() + budget
+            except wire.ProtocolError as exc:
+                if self.exit_info is None:
+                    raise
+                self._files_broke_off(f"the box broke the protocol while sending them ({exc})")
+                stream.send(wire.ACK)
         if decoder.pending_bytes and self.exit_info is None and not self.deadline_kill:
             self.unknown.append(
                 Unknown(
@@ -434,6 +448,10 @@ class BoxRun:
             self._mark("program_started")
         elif kind == wire.K_READY:
             self._bootstrap_ready(frame.json())
+        elif kind == wire.K_ERROR and self.exit_info is not None:
+            last_words = str(frame.json().get("message"))[:2000]
+            self._files_broke_off(f"the bootstrap failed while sending them ({last_words})")
+            stream.send(wire.ACK)
         elif kind == wire.K_ERROR:
             message = frame.json().get("message")
             self.bootstrap_error = str(message)[:2000]
@@ -443,6 +461,10 @@ class BoxRun:
             self.files_report = frame.json()
             stream.send(wire.ACK)
         return False
+
+    def _files_broke_off(self, why: str) -> None:
+        if self.files_lost is None:
+            self.files_lost = why
 
     def _bootstrap_ready(self, report: dict[str, Any]) -> None:
         self._mark("bootstrap_ready")
@@ -605,12 +627,16 @@ class BoxRun:
             unknown.append(
                 Unknown("the program's own exit status", "the box was ended before it exited")
             )
-        skipped = list(self.files.skipped) if self.files is not None else []
-        for item in (self.files_report or {}).get("files_skipped") or []:
-            if isinstance(item, dict):
-                skipped.append(
-                    SkippedFile(str(item.get("path", ""))[:1024], str(item.get("reason", ""))[:200])
+        unknown.extend(self._files_unknown())
+        skipped, more = self._skipped()
+        if more:
+            unknown.append(
+                Unknown(
+                    "the other skipped files",
+                    f"{more} more files were not returned; the receipt lists the first "
+                    f"{len(skipped)} (the box's part of the count is untrusted)",
                 )
+            )
         receipt = Receipt(
             run_id=self.run_id,
             status=status,
@@ -651,6 +677,49 @@ class BoxRun:
             stderr=self.stderr.kept(),
             output_files=tuple(self.files.files) if self.files is not None else (),
         )
+
+    def _files_unknown(self) -> list[Unknown]:
+        """What was lost of the returned files after the program's exit report."""
+        if self.files is None or self.exit_info is None or self.exit_info.get("backstop"):
+            return []
+        received = len(self.files.files)
+        if self.files_lost is not None:
+            return [
+                Unknown(
+                    "returned files",
+                    f"{self.files_lost}; the {received} file(s) received before that are kept",
+                )
+            ]
+        report = self.files_report
+        if report is None:
+            return [
+                Unknown(
+                    "returned files",
+                    f"the box ended before it reported the end of the transfer; "
+                    f"the {received} file(s) received are kept",
+                )
+            ]
+        problem = report.get("problem")
+        if isinstance(problem, str):
+            return [Unknown("returned files", f"{problem[:300]} (the box's report)")]
+        return []
+
+    def _skipped(self) -> tuple[list[SkippedFile], int]:
+        """The skipped files, pybox's and the box's, the first few listed; and how
+        many more there were. A box may skip (or send) any number of files."""
+        skipped = list(self.files.skipped) if self.files is not None else []
+        report = self.files_report or {}
+        items = report.get("files_skipped")
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict):
+                skipped.append(
+                    SkippedFile(str(item.get("path", ""))[:1024], str(item.get("reason", ""))[:200])
+                )
+        more = max(_int_or_none(report.get("files_skipped_more")) or 0, 0)
+        more += max(len(skipped) - wire.MAX_SKIPPED_LISTED, 0)
+        if self.files is not None:
+            more += self.files.skipped_more
+        return skipped[: wire.MAX_SKIPPED_LISTED], more
 
     def _configured(self) -> Configured:
         engine = self.engine

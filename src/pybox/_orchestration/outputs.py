@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pybox._adapters.host import current_owner, owner_alive
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.receipt import ReturnedFileDigest, SkippedFile
-from pybox._core.wire import ProtocolError
+from pybox._core.wire import MAX_SKIPPED_LISTED, ProtocolError
 
 MAX_PATH_DEPTH = 32
 MAX_PATH_BYTES = 1024
@@ -57,7 +60,10 @@ class FilesReceiver:
         self.max_files = max_files
         self.max_bytes = max_bytes
         self.files: list[ReturnedFile] = []
+        # The first skipped files, and a count of the rest: the box may send any number.
         self.skipped: list[SkippedFile] = []
+        self.skipped_more = 0
+        self._paths: set[str] = set()
         self._total = 0
         self._current: tuple[str, int, hashlib._Hash] | None = None
         self._handle: int | None = None
@@ -71,14 +77,14 @@ class FilesReceiver:
             raise ProtocolError(f"The box sent an unreadable file header: {header!r}")
         self._remaining = size
         reason = _unsafe_path(path)
-        if reason is None and any(f.path == path for f in self.files):
+        if reason is None and path in self._paths:
             reason = "duplicate path"
         if reason is None and len(self.files) >= self.max_files:
             reason = "over the returned-files count cap"
         if reason is None and self._total + size > self.max_bytes:
             reason = "over the returned-bytes cap"
         if reason is not None:
-            self.skipped.append(SkippedFile(path, reason))
+            self._skip(path, reason)
             self._current = None
             return
         target = self.root / path
@@ -88,7 +94,7 @@ class FilesReceiver:
                 target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
             )
         except OSError as exc:
-            self.skipped.append(SkippedFile(path, f"cannot be stored: {exc.strerror or exc}"))
+            self._skip(path, f"cannot be stored: {exc.strerror or exc}")
             self._current = None
             return
         self._current = (path, size, hashlib.sha256())
@@ -117,7 +123,14 @@ class FilesReceiver:
             os.close(self._handle)
             self._handle = None
         self.files.append(ReturnedFile(path, size, digest.hexdigest()))
+        self._paths.add(path)
         self._current = None
+
+    def _skip(self, path: str, reason: str) -> None:
+        if len(self.skipped) < MAX_SKIPPED_LISTED:
+            self.skipped.append(SkippedFile(path, reason))
+        else:
+            self.skipped_more += 1
 
     def close(self) -> bool:
         """Close any open file; False if a file was left incomplete (it is deleted)."""
@@ -127,7 +140,7 @@ class FilesReceiver:
         if self._remaining and self._current is not None:
             path = self._current[0]
             (self.root / path).unlink(missing_ok=True)
-            self.skipped.append(SkippedFile(path, "arrived incomplete; not kept"))
+            self._skip(path, "arrived incomplete; not kept")
             self._current = None
         return self._remaining == 0
 
@@ -135,8 +148,69 @@ class FilesReceiver:
         return tuple(ReturnedFileDigest(f.path, f.size_bytes, f.sha256) for f in self.files)
 
 
+STAGING_PREFIX = ".pybox-staging-"
+
+
+@dataclass(frozen=True)
+class StagedDestination:
+    """A staging directory beside the destination, and the stale ones removed there."""
+
+    staging: Path
+    swept: tuple[Path, ...]
+
+
+def _staging_prefix(owner: str) -> str:
+    # The owner (`host:pid:start-ticks`) is in the name, so a later run can tell
+    # a staging directory of a killed pybox from one of a run in progress.
+    return STAGING_PREFIX + re.sub(r"[^A-Za-z0-9.:_-]", "_", owner) + "-"
+
+
+def sweep_stale_staging(
+    parent: Path, alive: Callable[[str], bool | None] = owner_alive
+) -> tuple[Path, ...]:
+    """Remove staging directories in `parent` left by pybox processes that are dead.
+
+    pybox killed (SIGKILL) while it received returned files leaves partial,
+    untrusted data beside the destination. Only a directory of this user whose
+    owner is known dead is removed; one of a live run, of another host or of an
+    older pybox (no owner in its name) is left alone.
+    """
+    removed: list[Path] = []
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(STAGING_PREFIX)]
+    except OSError:
+        return ()
+    for name in sorted(names):
+        owner, sep, _ = name[len(STAGING_PREFIX) :].rpartition("-")
+        if not sep or owner.count(":") != 2:
+            continue
+        path = parent / name
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        if alive(owner) is not False:
+            continue
+        shutil.rmtree(path, ignore_errors=True)  # never follows links out of the tree
+        if not os.path.lexists(path):
+            removed.append(path)
+    return tuple(removed)
+
+
 def prepare_destination(destination: Path) -> Path:
-    """Check the destination before the run; return a staging directory beside it.
+    """Check the destination before the run; return a staging directory beside it."""
+    return stage_destination(destination).staging
+
+
+def stage_destination(
+    destination: Path,
+    owner: str | None = None,
+    alive: Callable[[str], bool | None] = owner_alive,
+) -> StagedDestination:
+    """Check the destination before the run; make a staging directory beside it,
+    after removing stale ones of dead pybox processes there.
 
     The destination must not exist, or be an empty directory: pybox never
     mixes returned files into existing ones.
@@ -159,8 +233,10 @@ def prepare_destination(destination: Path) -> Path:
         raise InvalidRequest(
             f"The output directory's parent {parent} does not exist; create it first."
         )
+    swept = sweep_stale_staging(parent, alive)
+    prefix = _staging_prefix(current_owner() if owner is None else owner)
     try:
-        return Path(tempfile.mkdtemp(prefix=".pybox-staging-", dir=parent))
+        return StagedDestination(Path(tempfile.mkdtemp(prefix=prefix, dir=parent)), swept)
     except OSError as exc:
         raise InvalidRequest(
             f"Cannot create a staging directory in {parent}: {exc.strerror}. "

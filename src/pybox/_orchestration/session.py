@@ -140,7 +140,7 @@ class Session:
     def resolve(self, request: RunRequest) -> Limits:
         """Effective limits for a request, or a clear refusal. Creates nothing."""
         limits = self.policy.resolve(request.limits)
-        check_request(request, limits)
+        check_request(request, limits, allow_credential_env=self.policy.allow_credential_env)
         if limits.cpus > 1:
             cpus = self._cpus()
             if limits.cpus > cpus:

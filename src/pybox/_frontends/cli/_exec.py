@@ -6,10 +6,11 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pybox._core.errors import PyboxError
+from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.limits import FIELDS_BY_KEY, LimitRequest
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
 from pybox._frontends.cli._common import (
@@ -25,7 +26,7 @@ from pybox._frontends.cli._common import (
     status_exit_code,
 )
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
-from pybox._orchestration.outputs import discard, prepare_destination
+from pybox._orchestration.outputs import discard, stage_destination
 
 EXEC_JSON_VERSION = 1
 
@@ -61,6 +62,12 @@ def _exec_request(args: argparse.Namespace) -> RunRequest:
     for path in args.input or []:
         name = check_input_name(os.path.basename(path.rstrip("/")))
         inputs.append(InputFile(name, read_file(path, "input file")))
+    env = []
+    for item in args.env or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise InvalidRequest(f"--env {item!r} is not NAME=VALUE.")
+        env.append((name, value))
     return RunRequest(
         code=code,
         code_name=code_name,
@@ -68,6 +75,9 @@ def _exec_request(args: argparse.Namespace) -> RunRequest:
         limits=limit_request(args),
         image=args.image,
         collect_outputs=args.output is not None,
+        argv=tuple(args.args),
+        env=tuple(env),
+        stdin_bytes=b"" if args.stdin is None else read_file(args.stdin, "stdin file"),
     )
 
 
@@ -100,7 +110,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
         session = open_session(args)
         session.resolve(request)  # a bad request is refused before the engine is touched
         destination = Path(args.output).absolute() if args.output is not None else None
-        staging = prepare_destination(destination) if destination is not None else None
+        staging = None
+        if destination is not None:
+            staged = stage_destination(destination)
+            staging = staged.staging
+            for stale in staged.swept:
+                say(f"pybox: removed {stale}: partial files of a pybox that was killed")
     except PyboxError as exc:
         if args.json:
             say(_json_error(exc), sys.stdout)
@@ -149,16 +164,55 @@ def _print_outcome(args: argparse.Namespace, outcome: RunOutcome, destination: P
         say(f"  files:  {len(outcome.output_files)} written to {destination}")
 
 
+def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> None:
+    """Everything after the first `--` is the program's, wherever the options were.
+
+    argparse fills the `args` positional as soon as it meets the program's name,
+    so `exec job.py --env X=1 -- a b` would leave `a b` unrecognised.
+    """
+    parse = parser.parse_known_args
+
+    def parse_known_args(
+        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        rest: list[str] = []
+        if "--" in given:
+            at = given.index("--")
+            given, rest = given[:at], given[at + 1 :]
+        parsed, extras = parse(given, namespace)
+        parsed.args = [*(getattr(parsed, "args", None) or []), *rest]
+        return parsed, extras
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
+
+
 def register(commands: Commands) -> None:
     run = commands.add_parser("exec", help="run a program in a fresh box")
     run.add_argument("program", help="the Python file to run, or - to read it from stdin")
+    run.add_argument(
+        "args",
+        nargs="*",
+        metavar="ARG",
+        help="the program's arguments, after -- (its sys.argv[1:])",
+    )
     run.add_argument(
         "--input", action="append", metavar="FILE", help="a file the program can read (repeatable)"
     )
     run.add_argument(
         "--output", metavar="DIR", help="a new or empty directory for the files the program returns"
     )
+    run.add_argument(
+        "--stdin", metavar="FILE", help="a file the program reads on stdin (default: empty)"
+    )
+    run.add_argument(
+        "--env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an environment variable for the program (repeatable)",
+    )
     add_limit_flags(run)
+    _program_arguments_after_double_dash(run)
     run.add_argument("--image", default="stdlib", help="a recorded image (default: stdlib)")
     run.add_argument("--json", action="store_true", help="print one JSON record on stdout")
     run.set_defaults(handler=cmd_exec)
