@@ -30,6 +30,7 @@ class RunRequest:
     limits: LimitRequest = field(default_factory=LimitRequest)
     image: str = "stdlib"
     collect_outputs: bool = False
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def check_input_name(name: object) -> str:

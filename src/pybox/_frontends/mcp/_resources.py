@@ -97,7 +97,8 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
             "output_per_stream_bytes": toolbox.options.reply_bytes,
             "shortening": "head and tail kept, marked; the full output (up to limits.output_kib) "
             "is in pybox://runs/{run_id}/stdout and /stderr",
-            "get_run_max_wait_s": MAX_GET_WAIT_S,
+            "get_result_max_wait_s": MAX_GET_WAIT_S,
+            "get_run_max_wait_s": MAX_GET_WAIT_S,  # the name before get_result
             "max_message_bytes": toolbox.options.max_message_bytes,
             "max_runs_at_once": toolbox.options.max_running,
         },
