@@ -84,7 +84,8 @@ def test_run_python_timed_out_result(state_dir: Path) -> None:
                 {"code": "import time\ntime.sleep(60)", "limits": {"timeout_ms": 1500}},
             )
             assert result.is_error is True and result.structured_content is not None
-            return result.structured_content
+            content: dict[str, Any] = result.structured_content
+            return content
 
     late = anyio.run(main)
     assert late["status"] == "timed_out" and late["timed_out"] is True
