@@ -15,9 +15,12 @@ import pytest
 
 from pybox._adapters.state import StateStore
 from pybox._core.errors import EngineUnavailable, InvalidRequest
-from pybox._core.limits import MIB, Policy, canonical_limit_keys
+from pybox._core.limits import MIB, LimitRequest, Policy, canonical_limit_keys
+from pybox._core.pool import PoolSettings
+from pybox._core.request import RunRequest
 from pybox._frontends.mcp._tools import parse_run_arguments
-from tests.unit.conftest import make_session
+from pybox._orchestration.session import Session
+from tests.unit.conftest import OWNER, make_session
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.mcp_harness import Peer
 
@@ -258,3 +261,44 @@ def test_env_is_in_the_input_schema(peer: Peer) -> None:
         jsonschema.validate({"code": "", "env": {"MODE": 1}}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"code": "", "env": {"BAD-NAME": "x"}}, schema)
+
+
+# -- the sweep the server made at start -----------------------------------------------------------
+
+
+def test_runs_report_the_sweep_the_server_made_at_start(
+    engine: FakeEngine, state: StateStore
+) -> None:
+    # A box left behind by a controller that died (its removal failed: engine "down").
+    dead = Session(
+        engine,
+        state,
+        Policy(),
+        owner="testhost:99:99",
+        sampler_factory=lambda container_id: None,
+        is_owner_alive=lambda owner: owner == OWNER,
+    )
+    engine.script = Script(hang=True)
+    engine.fail["remove"] = EngineUnavailable("down")
+    dead.run(RunRequest(code=b"", limits=LimitRequest(timeout_s=0.1)))
+    del engine.fail["remove"]
+    assert len(engine.containers) == 1
+    engine.script = Script(stdout=b"ok")
+    server = Session(
+        engine,
+        state,
+        Policy(),
+        owner=OWNER,
+        sampler_factory=lambda container_id: None,
+        is_owner_alive=lambda owner: owner == OWNER,
+        pool=PoolSettings(boxes_per_profile=1),
+    )
+    try:
+        assert server.warm_up(wait_s=5.0)  # what `pybox mcp` does at start: sweeps first
+        peer = Peer(server)
+        for _ in range(2):
+            receipt = structured(peer, "run_python", {"code": "print(1)"})["receipt"]
+            assert receipt["observed_by_pybox"]["leftovers_swept"] == 1
+    finally:
+        server.close()
+    assert engine.containers == {}
