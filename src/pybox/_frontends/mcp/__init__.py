@@ -10,6 +10,7 @@ orchestration `Session`. `register(commands)` adds `pybox mcp` and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -21,6 +22,7 @@ from pybox._frontends.mcp._clientconfig import CLIENTS, WHERE, client_config
 from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
 from pybox._frontends.mcp._http import HttpServer, http_settings
 from pybox._frontends.mcp._runs import RunRegistry
+from pybox._frontends.mcp._startup import Machine, check_images, machine_fit
 from pybox._frontends.mcp._stdio import StdioServer, claim_stdio
 from pybox._frontends.mcp._tools import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -106,6 +108,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         max_running=_positive("--max-running", args.max_running),
         max_message_bytes=_positive("--max-message", args.max_message) * MIB,
     )
+    check_images(options.images, session.state.images(), str(session.state.root))
+    options = _fit_machine(session, options)
     dispatcher = build_dispatcher(session, options)
     try:
         _warm_up(session)
@@ -122,6 +126,29 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     finally:
         for name in session.close():
             log(f"could not confirm the waiting box {name} removed; `pybox sweep` will")
+
+
+def _fit_machine(session: Session, options: ServerOptions) -> ServerOptions:
+    """Refuse a policy whose defaults the engine's machine cannot give; warn about
+    ceilings above it. An engine not reachable now is not fatal: runs will say so."""
+    try:
+        report = session.engine_report()
+    except PyboxError as exc:
+        log(f"could not read the engine's CPUs and memory ({exc}); limits not checked")
+        return options
+    machine = Machine(
+        cpus=_count(report.get("cpus")), memory_bytes=_count(report.get("memory_bytes"))
+    )
+    problems, warnings = machine_fit(session.policy, machine)
+    if problems:
+        raise ConfigError(" ".join(problems))
+    for warning in warnings:
+        log(f"warning: {warning}")
+    return dataclasses.replace(options, machine_memory_bytes=machine.memory_bytes)
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _warm_up(session: Session) -> None:

@@ -61,6 +61,9 @@ class ServerOptions:
     reply_bytes: int = DEFAULT_REPLY_BYTES  # per stream, head and tail, in a tool result
     max_running: int = DEFAULT_MAX_RUNNING  # runs going at once
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # one JSON-RPC message, as received
+    # The engine machine's memory (engine-observed at start); None: not known. A run
+    # asking for more is refused, as one asking for more CPUs than the engine has.
+    machine_memory_bytes: int | None = None
 
 
 @dataclass
@@ -654,6 +657,13 @@ class Toolbox:
                     f"{', '.join(allowed) or 'none (the operator must run `pybox setup`)'}."
                 )
             limits = self.session.resolve(request)
+            machine = self.options.machine_memory_bytes
+            if machine is not None and limits.memory_bytes > machine:
+                raise LimitExceeded(
+                    f"Requested {limits.memory_bytes // MIB} MiB of memory; the engine's "
+                    f"machine has only {machine // MIB} MiB (engine-observed). Ask for at "
+                    f"most {machine // MIB} MiB."
+                )
             self.session.image(request.image)
         except PyboxError as exc:
             return text_result(f"{tool} refused: {exc}", is_error=True)
