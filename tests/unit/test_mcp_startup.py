@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +15,13 @@ import pytest
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, EngineUnavailable
 from pybox._core.limits import MIB, Policy
-from pybox._frontends.mcp import ServerOptions, _fit_machine
+from pybox._frontends import cli
+from pybox._frontends.mcp import ServerOptions, _fit_machine, register
 from pybox._frontends.mcp._startup import Machine, check_images, machine_fit
 from pybox._orchestration.session import Session
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine
-from tests.unit.mcp_harness import Peer
+from tests.unit.mcp_harness import MODERN_META, Peer
 
 
 def pybox(state: StateStore, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -121,3 +124,135 @@ def test_an_engine_not_reachable_at_start_is_not_fatal(
     session = Session(down, StateStore(tmp_path), Policy())
     assert _fit_machine(session, ServerOptions()) == ServerOptions()
     assert "limits not checked" in capsys.readouterr().err
+
+
+# -- `pybox config --client`: the operator's policy reaches the server ------------------------
+
+
+def config_env(state: StateStore, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(state.root),
+        "XDG_CONFIG_HOME": str(state.root / "xdg"),
+        "PYBOX_STATE_DIR": str(state.root),
+        **extra,
+    }
+
+
+def pybox_config(env: dict[str, str], *args: str, cwd: Path | None = None) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "pybox", "config", *args],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_config_carries_the_config_file_and_the_servers_environment(
+    state: StateStore, tmp_path: Path
+) -> None:
+    (tmp_path / "policy.toml").write_text("[ceilings]\nmemory_mib = 300\n")
+    env = config_env(
+        state,
+        DOCKER_HOST="unix:///nonexistent/docker.sock",
+        PYBOX_MAX_TIMEOUT_S="90",
+        PYBOX_MCP_TOKEN="secret-token-0123456789",
+        UNRELATED="x",
+    )
+    done = pybox_config(
+        env, "--client", "cursor", "--format", "json", "--config", "policy.toml", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    entry = json.loads(done.stdout)["mcpServers"]["pybox"]
+    assert entry["args"] == ["-m", "pybox", "mcp", "--config", str(tmp_path / "policy.toml")]
+    assert entry["env"] == {
+        "DOCKER_HOST": "unix:///nonexistent/docker.sock",
+        "PYBOX_MAX_TIMEOUT_S": "90",
+        "PYBOX_STATE_DIR": str(state.root),
+    }  # never the HTTP token, nor anything the server does not need
+
+    # The server started as printed runs under that policy.
+    server = subprocess.run(
+        [entry["command"], *entry["args"]],
+        env={"PATH": env["PATH"], "HOME": env["HOME"], **entry["env"]},
+        input=json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "resources/read",
+                "params": {"_meta": MODERN_META, "uri": "pybox://capabilities"},
+            }
+        ).encode()
+        + b"\n",
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert server.returncode == 0, server.stderr
+    reply = json.loads(server.stdout.splitlines()[0])
+    capabilities = json.loads(reply["result"]["contents"][0]["text"])
+    assert capabilities["limits"]["ceilings"]["memory_mib"] == 300  # from the file
+    assert capabilities["limits"]["ceilings"]["timeout_s"] == 90  # from the environment
+
+
+def test_config_carries_pybox_config_as_an_absolute_path(state: StateStore, tmp_path: Path) -> None:
+    (tmp_path / "policy.toml").write_text("[ceilings]\nmemory_mib = 300\n")
+    env = config_env(state, PYBOX_CONFIG="policy.toml")
+    done = pybox_config(env, "--client", "claude-code", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    words = shlex.split(done.stdout.decode())
+    assert words[:7] == [
+        "claude",
+        "mcp",
+        "add",
+        "--scope",
+        "user",
+        "pybox",
+        "--env=PYBOX_CONFIG=" + str(tmp_path / "policy.toml"),
+    ]
+    assert words[7] == f"--env=PYBOX_STATE_DIR={state.root}"
+    assert words[8:] == ["--", sys.executable, "-m", "pybox", "mcp"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--server-arg=--bogus"], "unrecognized arguments: --bogus"),
+        (["--server-arg=--max-memory=lots"], "--max-memory"),
+        (["--server-arg=--reply-output=0"], "--reply-output must be at least 1"),
+        (["--server-arg=--http=127.0.0.1:8765"], "not for a client configuration"),
+        (["--server-arg=--config=/etc/x.toml"], "pybox config --config PATH"),
+        (["--server-arg=--images=nosuch"], "no image 'nosuch' is recorded"),
+        (["--server-arg=--help"], "--help is not a server argument"),
+        (["--config", "missing.toml"], "does not exist"),
+    ],
+)
+def test_config_refuses_what_the_server_would_refuse(
+    state: StateStore, tmp_path: Path, args: list[str], expected: str
+) -> None:
+    done = pybox_config(config_env(state), "--client", "vscode", *args, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == b""  # nothing a user could paste
+    assert expected in done.stderr.decode()
+
+
+def test_config_refuses_a_broken_config_file(state: StateStore, tmp_path: Path) -> None:
+    (tmp_path / "policy.toml").write_text("[ceilings]\nmemory_mb = 300\n")
+    done = pybox_config(
+        config_env(state), "--client", "vscode", "--config", "policy.toml", cwd=tmp_path
+    )
+    assert done.returncode == 2 and done.stdout == b""
+    assert "memory_mb" in done.stderr.decode()
+
+
+def test_pybox_mcp_takes_config_after_the_command_too() -> None:
+    parser = cli.build_parser([register])
+    assert parser.parse_args(["mcp", "--config", "a.toml"]).config == "a.toml"
+    assert parser.parse_args(["--config", "b.toml", "mcp"]).config == "b.toml"
+    assert parser.parse_args(["mcp"]).config is None
+    assert parser.parse_args(["config", "--client", "cursor", "--config", "c.toml"]).config == (
+        "c.toml"
+    )
