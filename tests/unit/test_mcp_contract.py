@@ -8,6 +8,7 @@ The contract other sandboxes' agents expect: `start_run` answers with `run_id`,
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jsonschema
@@ -302,3 +303,15 @@ def test_runs_report_the_sweep_the_server_made_at_start(
     finally:
         server.close()
     assert engine.containers == {}
+
+
+def test_the_capabilities_list_the_synonyms(peer: Peer) -> None:
+    read = peer.request("resources/read", {"uri": "pybox://capabilities"})["result"]
+    synonyms = json.loads(read["contents"][0]["text"])["limits"]["synonyms"]
+    assert synonyms["timeout_ms"] == {
+        "pybox_key": "timeout_s",
+        "accepted": True,
+        "note": "milliseconds",
+    }
+    assert synonyms["memory_mb"]["accepted"] is False
+    assert synonyms["memory_mb"]["pybox_key"] == "memory_mib"
