@@ -146,8 +146,9 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def _env_argument(where: str, raw: Any) -> tuple[tuple[str, str], ...]:
-    """`env` as NAME -> VALUE strings. Which names are allowed is the request's check
-    (RunRequest), so every front end refuses the same ones."""
+    """`env` as NAME -> VALUE strings. The form is checked here, as the schema says;
+    which names are refused (credentials) is the run request's check, so every front
+    end refuses the same ones."""
     _typed(where, "env", raw, dict, "an object of NAME: VALUE strings")
     if len(raw) > MAX_ENV_VARS:
         raise _bad(f"{where}: env has {len(raw)} variables; the most is {MAX_ENV_VARS}.")
