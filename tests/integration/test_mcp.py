@@ -78,7 +78,7 @@ async def wait_gone(engine: Engine, container_id: str, timeout_s: float = 30.0) 
 async def exercise(client: Client, engine: Engine) -> None:
     """What every client mode must be able to do."""
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == {"run_python", "start_run", "get_run", "stop_run"}
+    assert set(tools) == {"run_python", "start_run", "get_result", "get_run", "stop_run"}
 
     capabilities = (await client.read_resource("pybox://capabilities")).contents[0]
     assert isinstance(capabilities, TextResourceContents)
@@ -228,6 +228,7 @@ def test_inspector_cli_lists_tools_and_runs_python(state_dir: Path) -> None:
     assert {t["name"] for t in listed["tools"]} == {
         "run_python",
         "start_run",
+        "get_result",
         "get_run",
         "stop_run",
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -94,6 +95,8 @@ def test_config_for_claude_code_is_a_command_line() -> None:
         capture_output=True,
         check=True,
         timeout=60,
+        # Without variables to carry (they would come as --env options).
+        env={k: v for k, v in os.environ.items() if not k.startswith(("PYBOX_", "DOCKER_"))},
     )
     line = done.stdout.decode()
     assert line.startswith("claude mcp add --scope user pybox -- ")

@@ -171,6 +171,7 @@ def test_initialize_negotiates_a_version(peer: Peer) -> None:
     assert {t["name"] for t in listed["tools"]} == {
         "run_python",
         "start_run",
+        "get_result",
         "get_run",
         "stop_run",
     }
@@ -320,7 +321,7 @@ def test_start_get_stop_run(peer: Peer, engine: FakeEngine) -> None:
     run_id = started["structuredContent"]["run_id"]
     assert started["structuredContent"]["state"] == "running"
     assert started["isError"] is False
-    assert "get_run" in started["content"][0]["text"]
+    assert "get_result" in started["content"][0]["text"]
     polled = peer.call("get_run", {"run_id": run_id, "wait_s": 0.2})["result"]
     assert polled["structuredContent"]["state"] == "running"
     stopped = peer.call("stop_run", {"run_id": run_id})["result"]

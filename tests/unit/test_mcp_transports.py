@@ -408,7 +408,7 @@ def test_http_sessions_for_the_handshake_era(http_server: HttpServer) -> None:
     notified = post(http_server, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
     assert notified[0] == 202
     status, _, body = post(http_server, listing, session)
-    assert status == 200 and len(json.loads(body)["result"]["tools"]) == 4
+    assert status == 200 and len(json.loads(body)["result"]["tools"]) == 5
     assert post(http_server, listing, {**legacy, "Mcp-Session-Id": "unknown"})[0] == 404
     assert post(http_server, b"", session, method="DELETE")[0] == 204
     assert post(http_server, listing, session)[0] == 404

@@ -82,7 +82,8 @@ class Session:
         self._runtime = runtime
         self._environ = os.environ if environ is None else environ
         self._bootstrap = bootstrap_source()
-        self._swept = False
+        self._swept: int | None = None  # boxes the session's one sweep removed
+        self._sweep_lock = threading.Lock()  # not _lock: the sweep connects through it
         self._lock = threading.Lock()
         self._engine_cpus: int | None = None
         # Long-lived users (the MCP server, a Client) get a warm pool; one-shot
@@ -237,11 +238,14 @@ class Session:
         return sweep(self.engine, self.state, self.is_owner_alive)
 
     def _sweep_once(self) -> int:
-        with self._lock:
-            if self._swept:
-                return 0
-            self._swept = True
-        return len(self.sweep().removed)
+        """Sweep before the session's first run (or warm-up), once; return how many
+        boxes that sweep removed. Every run of the session reports that number, so a
+        server's runs show the sweep it made at start instead of 0. Runs arriving
+        during the sweep wait for it: no box starts beside a leftover being removed."""
+        with self._sweep_lock:
+            if self._swept is None:
+                self._swept = len(self.sweep().removed)
+            return self._swept
 
     def publish_outputs(self, staging: Path, destination: Path) -> Path:
         """Returned files into `destination` at once (quarantined on macOS)."""

@@ -10,17 +10,26 @@ orchestration `Session`. `register(commands)` adds `pybox mcp` and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
-from typing import Any
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
 
 from pybox._core.errors import ConfigError, PyboxError
 from pybox._core.images import check_image_name
 from pybox._core.limits import KIB, MIB, parse_user_value
-from pybox._frontends.mcp._clientconfig import CLIENTS, WHERE, client_config
+from pybox._frontends.mcp._clientconfig import (
+    CLIENTS,
+    WHERE,
+    carried_environment,
+    client_config,
+)
 from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
 from pybox._frontends.mcp._http import HttpServer, http_settings
 from pybox._frontends.mcp._runs import RunRegistry
+from pybox._frontends.mcp._startup import Machine, check_images, machine_fit
 from pybox._frontends.mcp._stdio import StdioServer, claim_stdio
 from pybox._frontends.mcp._tools import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -106,6 +115,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         max_running=_positive("--max-running", args.max_running),
         max_message_bytes=_positive("--max-message", args.max_message) * MIB,
     )
+    check_images(options.images, session.state.images(), str(session.state.root))
+    options = _fit_machine(session, options)
     dispatcher = build_dispatcher(session, options)
     try:
         _warm_up(session)
@@ -124,6 +135,29 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             log(f"could not confirm the waiting box {name} removed; `pybox sweep` will")
 
 
+def _fit_machine(session: Session, options: ServerOptions) -> ServerOptions:
+    """Refuse a policy whose defaults the engine's machine cannot give; warn about
+    ceilings above it. An engine not reachable now is not fatal: runs will say so."""
+    try:
+        report = session.engine_report()
+    except PyboxError as exc:
+        log(f"could not read the engine's CPUs and memory ({exc}); limits not checked")
+        return options
+    machine = Machine(
+        cpus=_count(report.get("cpus")), memory_bytes=_count(report.get("memory_bytes"))
+    )
+    problems, warnings = machine_fit(session.policy, machine)
+    if problems:
+        raise ConfigError(" ".join(problems))
+    for warning in warnings:
+        log(f"warning: {warning}")
+    return dataclasses.replace(options, machine_memory_bytes=machine.memory_bytes)
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _warm_up(session: Session) -> None:
     """Start the default run's warm boxes in the background; never fatal."""
     try:
@@ -132,8 +166,59 @@ def _warm_up(session: Session) -> None:
         log(f"warm pool not started ({exc}); runs take the normal path")
 
 
+class _ServerArgParser(argparse.ArgumentParser):
+    """Parses --server-arg values as `pybox mcp` would, raising instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(
+            f"--server-arg: {message}. `pybox mcp --help` lists what the server takes."
+        )
+
+
+def _checked_server_args(server_args: Sequence[str]) -> argparse.Namespace:
+    """The server arguments parsed and their values checked, so a configuration is never
+    printed with arguments the server would refuse at every start."""
+    asked_help = [arg for arg in server_args if arg in ("-h", "--help")]
+    if asked_help:
+        raise ConfigError(f"--server-arg: {asked_help[0]} is not a server argument.")
+    # The very parser of `pybox mcp`, built again with errors that raise.
+    parser = _ServerArgParser(prog="pybox", add_help=False)
+    register(parser.add_subparsers(parser_class=_ServerArgParser))
+    parsed = parser.parse_args(["mcp", *server_args])
+    if parsed.http is not None or parsed.allow_origin:
+        raise ConfigError(
+            "--server-arg: --http and --allow-origin are not for a client configuration: the "
+            "client starts the server on stdio. Start an HTTP server yourself with "
+            "`pybox mcp --http HOST:PORT` and point the client at its URL."
+        )
+    if getattr(parsed, "config", None) is not None:
+        raise ConfigError(
+            "--server-arg: give the config file as `pybox config --config PATH` instead; it "
+            "is checked and written into the configuration as an absolute path."
+        )
+    operator_environ(parsed, {})  # every ceiling and default flag is a valid number
+    _images(parsed.images)
+    _positive("--reply-output", parsed.reply_output)
+    _positive("--max-running", parsed.max_running)
+    _positive("--max-message", parsed.max_message)
+    return parsed
+
+
 def cmd_config(args: argparse.Namespace) -> int:
-    text = client_config(args.client, args.format, args.server_arg or ())
+    server_args = list(args.server_arg or ())
+    parsed = _checked_server_args(server_args)
+    config_path = args.config
+    if config_path is not None:
+        path = Path(config_path).expanduser().absolute()
+        if not path.is_file():
+            raise ConfigError(f"--config: the config file {path} does not exist.")
+        config_path = str(path)
+        server_args = ["--config", config_path, *server_args]
+    # Load the policy the server will load: a broken file or variable is said now,
+    # not by a client that cannot start the server.
+    session = Session.open(operator_environ(parsed, os.environ), config_path)
+    check_images(_images(parsed.images), session.state.images(), str(session.state.root))
+    text = client_config(args.client, args.format, server_args, carried_environment(os.environ))
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
     sys.stderr.write(f"pybox: {WHERE[args.client]}\n")
@@ -187,6 +272,13 @@ def register(commands: Any) -> None:
         metavar="MIB",
         help="largest JSON-RPC message accepted (default: %(default)s)",
     )
+    # Here too, not only before the command, so `pybox mcp --config PATH` works
+    # (SUPPRESS: `pybox --config PATH mcp` keeps its value).
+    mcp.add_argument(
+        "--config",
+        default=argparse.SUPPRESS,
+        help="operator config file (TOML); default $PYBOX_CONFIG",
+    )
     mcp.set_defaults(handler=cmd_mcp)
 
     config = commands.add_parser(
@@ -194,6 +286,11 @@ def register(commands: Any) -> None:
     )
     config.add_argument("--client", required=True, choices=CLIENTS)
     config.add_argument("--format", choices=("text", "json"), default="text")
+    config.add_argument(
+        "--config",
+        default=argparse.SUPPRESS,
+        help="the operator config file the server loads (checked; written as an absolute path)",
+    )
     config.add_argument(
         "--server-arg",
         action="append",

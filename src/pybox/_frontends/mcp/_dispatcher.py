@@ -69,7 +69,7 @@ Reply = Callable[[JSONObject | None], None]
 SERVER_INFO: JSONObject = {"name": "pybox", "title": "pybox sandbox", "version": __version__}
 INSTRUCTIONS = (
     "pybox runs Python in fresh, sealed sandbox boxes (no network, no host files). Use "
-    "run_python for short programs; start_run, get_run and stop_run for long ones. Read "
+    "run_python for short programs; start_run, get_result and stop_run for long ones. Read "
     "pybox://capabilities for the exact limits and images before asking for more."
 )
 SERVER_CAPABILITIES: JSONObject = {

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pybox._core.limits import LIMIT_FIELDS, Limits
+from pybox._core.limits import LIMIT_FIELDS, LIMIT_SYNONYMS
 from pybox._core.posture import (
     BOX_UID_COUNT,
     BOX_UID_FIRST,
@@ -28,7 +28,13 @@ from pybox._core.posture import (
 )
 from pybox._frontends.mcp._protocol import JSONObject
 from pybox._frontends.mcp._runs import Run
-from pybox._frontends.mcp._tools import MAX_GET_WAIT_S, Toolbox, run_structure, run_uri
+from pybox._frontends.mcp._tools import (
+    MAX_GET_WAIT_S,
+    Toolbox,
+    run_structure,
+    run_uri,
+    user_limits,
+)
 from pybox._version import __version__
 
 CAPABILITIES_URI = "pybox://capabilities"
@@ -40,14 +46,6 @@ class ResourceNotFound(Exception):
     """No resource at this URI (the message says which exist)."""
 
 
-def _user_units(limits: Limits) -> dict[str, float | int]:
-    values: dict[str, float | int] = {}
-    for f in LIMIT_FIELDS:
-        user = f.to_user(getattr(limits, f.attr))
-        values[f.key] = int(user) if f.integral and float(user).is_integer() else user
-    return values
-
-
 def capabilities(toolbox: Toolbox) -> JSONObject:
     session = toolbox.session
     policy = session.policy
@@ -57,10 +55,19 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
         "pybox_version": __version__,
         "limits": {
             "units": {f.key: f.unit for f in LIMIT_FIELDS},
-            "defaults": _user_units(policy.defaults),
-            "ceilings": _user_units(policy.ceilings),
+            "defaults": user_limits(policy.defaults),
+            "ceilings": user_limits(policy.ceilings),
             "rule": "A run may ask for any value up to its ceiling; asking above a ceiling is "
             "refused with an error naming the ceiling, never lowered silently.",
+            # Keys other sandboxes use: what pybox does with each (see docs/mcp.md).
+            "synonyms": {
+                s.key: {
+                    "pybox_key": s.canonical,
+                    "accepted": s.divisor is not None,
+                    "note": s.note,
+                }
+                for s in LIMIT_SYNONYMS
+            },
         },
         "images": [
             {
@@ -97,7 +104,8 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
             "output_per_stream_bytes": toolbox.options.reply_bytes,
             "shortening": "head and tail kept, marked; the full output (up to limits.output_kib) "
             "is in pybox://runs/{run_id}/stdout and /stderr",
-            "get_run_max_wait_s": MAX_GET_WAIT_S,
+            "get_result_max_wait_s": MAX_GET_WAIT_S,
+            "get_run_max_wait_s": MAX_GET_WAIT_S,  # the name before get_result
             "max_message_bytes": toolbox.options.max_message_bytes,
             "max_runs_at_once": toolbox.options.max_running,
         },

@@ -1,7 +1,7 @@
 """Runs the MCP server started: each in its own thread, findable by id until evicted.
 
 A tool call cannot stay open for an hour, so a run lives here and the agent
-polls it (`get_run`) or stops it (`stop_run`). The server keeps the most recent
+polls it (`get_result`) or stops it (`stop_run`). The server keeps the most recent
 finished runs (and their returned files, in a private temporary directory)
 for the resources `pybox://runs/{run_id}`; nothing outlives the server.
 """
@@ -86,7 +86,7 @@ class RunRegistry:
             if max_running is not None and running >= max_running:
                 raise LimitExceeded(
                     f"{running} runs are going; this server runs at most {max_running} at "
-                    "once. Wait for one (get_run with wait_s) or stop one (stop_run), then "
+                    "once. Wait for one (get_result with wait_s) or stop one (stop_run), then "
                     "try again."
                 )
             run_id = secrets.token_hex(8)

@@ -1,4 +1,4 @@
-"""The MCP tools: run_python, start_run, get_run, stop_run.
+"""The MCP tools: run_python, start_run, get_result (alias get_run), stop_run.
 
 Arguments that do not fit a tool's input schema (wrong types, unknown keys, a
 missing `code`) are JSON-RPC errors (`-32602`). A request the policy refuses
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -24,9 +25,11 @@ from pybox._core.limits import (
     FIELDS_BY_KEY,
     KIB,
     LIMIT_FIELDS,
+    LIMIT_SYNONYMS,
     MIB,
     LimitRequest,
     Limits,
+    canonical_limit_keys,
     parse_user_value,
 )
 from pybox._core.posture import INPUT_DIR, OUTPUT_DIR, WORK_DIR
@@ -58,6 +61,9 @@ class ServerOptions:
     reply_bytes: int = DEFAULT_REPLY_BYTES  # per stream, head and tail, in a tool result
     max_running: int = DEFAULT_MAX_RUNNING  # runs going at once
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # one JSON-RPC message, as received
+    # The engine machine's memory (engine-observed at start); None: not known. A run
+    # asking for more is refused, as one asking for more CPUs than the engine has.
+    machine_memory_bytes: int | None = None
 
 
 @dataclass
@@ -117,9 +123,15 @@ def _input_file(where: str, index: int, item: Any) -> InputFile:
 
 def _limit_request(where: str, raw: Any) -> LimitRequest:
     _typed(where, "limits", raw, dict, "an object")
-    _check_keys(f"{where}: limits", raw, tuple(f.key for f in LIMIT_FIELDS))
+    try:
+        # Keys agents bring from other sandboxes: converted when their unit is exact,
+        # refused with pybox's key named when it is not (see LIMIT_SYNONYMS).
+        canonical = canonical_limit_keys(raw, f"{where}: limits")
+    except InvalidRequest as exc:
+        raise _bad(str(exc)) from None
+    _check_keys(f"{where}: limits", canonical, tuple(f.key for f in LIMIT_FIELDS))
     values: dict[str, float | int] = {}
-    for key, value in raw.items():
+    for key, value in canonical.items():
         _typed(where, f"limits.{key}", value, (int, float), "a number")
         try:
             values[FIELDS_BY_KEY[key].attr] = parse_user_value(key, value, f"limits.{key}")
@@ -129,7 +141,32 @@ def _limit_request(where: str, raw: Any) -> LimitRequest:
     return LimitRequest(**values)  # type: ignore[arg-type]
 
 
-RUN_ARGUMENTS = ("code", "files", "image", "limits", "return_files")
+MAX_ENV_VARS = 256
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def _env_argument(where: str, raw: Any) -> tuple[tuple[str, str], ...]:
+    """`env` as NAME -> VALUE strings. The form is checked here, as the schema says;
+    which names are refused (credentials) is the run request's check, so every front
+    end refuses the same ones."""
+    _typed(where, "env", raw, dict, "an object of NAME: VALUE strings")
+    if len(raw) > MAX_ENV_VARS:
+        raise _bad(f"{where}: env has {len(raw)} variables; the most is {MAX_ENV_VARS}.")
+    pairs = []
+    for name, value in raw.items():
+        if not ENV_NAME_RE.fullmatch(name):
+            raise _bad(
+                f"{where}: env name {name!r} is not usable: use letters, digits and '_', "
+                "not starting with a digit."
+            )
+        _typed(where, f"env[{name!r}]", value, str, "a string")
+        if "\x00" in value:
+            raise _bad(f"{where}: env[{name!r}] contains a NUL character.")
+        pairs.append((name, value))
+    return tuple(pairs)
+
+
+RUN_ARGUMENTS = ("code", "files", "image", "limits", "env", "return_files")
 
 
 def parse_run_arguments(tool: str, args: JSONObject) -> RunRequest:
@@ -146,12 +183,14 @@ def parse_run_arguments(tool: str, args: JSONObject) -> RunRequest:
     image = _typed(tool, "image", args.get("image", "stdlib"), str, "a string")
     return_files = _typed(tool, "return_files", args.get("return_files", False), bool, "a boolean")
     limits = _limit_request(tool, args.get("limits", {}))
+    env = _env_argument(tool, args.get("env", {}))
     return RunRequest(
         code=code.encode("utf-8", "surrogatepass"),
         inputs=files,
         limits=limits,
         image=image,
         collect_outputs=return_files,
+        env=env,
     )
 
 
@@ -175,19 +214,48 @@ def _shorten(data: bytes, limit_bytes: int) -> tuple[str, bool]:
     return capture.kept().decode("utf-8", "replace"), capture.truncated
 
 
+def user_limits(limits: Limits) -> JSONObject:
+    """The effective limits in the user units the tools take (`memory_mib`, ...)."""
+    values: JSONObject = {}
+    for f in LIMIT_FIELDS:
+        value = f.to_user(getattr(limits, f.attr))
+        values[f.key] = int(value) if f.integral and float(value).is_integer() else value
+    return values
+
+
+def _common_result(
+    *, stdout: str, stderr: str, exit_code: int | None, status: Status | None
+) -> JSONObject:
+    """The fields other sandboxes' run results have (stdout, stderr, exit_code, success,
+    timed_out), so an agent written for them reads pybox's result unchanged."""
+    return {
+        "stdout": stdout,
+        "stderr": stderr,
+        "exit_code": exit_code,
+        "success": status is Status.SUCCEEDED,
+        "timed_out": status is Status.TIMED_OUT,
+    }
+
+
 def run_structure(run: Run, reply_bytes: int) -> JSONObject:
     """The structured result of a run, running or finished (see RUN_OUTPUT_SCHEMA)."""
     data: JSONObject = {
         "run_id": run.run_id,
         "state": "running" if run.running else "finished",
+        "status": "running",
         "elapsed_s": round(run.elapsed_s(), 3),
         "timeout_s": run.limits.timeout_s,
+        "limits": user_limits(run.limits),
         "resource_uri": run_uri(run.run_id),
     }
     if run.running:
         return data
     if run.error is not None:
-        data.update(status="error", exit_code=None, error=str(run.error))
+        data.update(
+            status="error",
+            error=str(run.error),
+            **_common_result(stdout="", stderr="", exit_code=None, status=None),
+        )
         return data
     outcome = run.outcome
     assert outcome is not None
@@ -197,10 +265,10 @@ def run_structure(run: Run, reply_bytes: int) -> JSONObject:
     program = receipt.reported_by_program
     data.update(
         status=receipt.status.value,
-        exit_code=receipt.exit_code,
+        **_common_result(
+            stdout=stdout, stderr=stderr, exit_code=receipt.exit_code, status=receipt.status
+        ),
         cause=receipt.cause.summary,
-        stdout=stdout,
-        stderr=stderr,
         stdout_shortened=stdout_short,
         stderr_shortened=stderr_short,
         stdout_bytes_total=program.stdout.bytes_total,
@@ -227,7 +295,7 @@ def run_text(run: Run, structure: JSONObject) -> str:
     if run.running:
         return (
             f"Run {run.run_id} is running ({structure['elapsed_s']:.1f} s so far; it is stopped "
-            f"after {run.limits.timeout_s:g} s). Call get_run with run_id={run.run_id!r} "
+            f"after {run.limits.timeout_s:g} s). Call get_result with run_id={run.run_id!r} "
             f"(and wait_s up to {MAX_GET_WAIT_S:g}) for the result, or stop_run to end it."
         )
     if run.error is not None:
@@ -277,6 +345,15 @@ def _limits_schema(defaults: Limits, ceilings: Limits) -> JSONObject:
             "minimum": f.minimum,
             "description": f"{f.what} in {f.unit}: default {default}, at most {ceiling}",
         }
+    for synonym in LIMIT_SYNONYMS:
+        if synonym.divisor is None:
+            continue  # refused keys are not offered; a call with one is told the right key
+        target = FIELDS_BY_KEY[synonym.canonical]
+        properties[synonym.key] = {
+            "type": "integer" if synonym.divisor > 1 else "number",
+            "description": f"{synonym.canonical} given in {synonym.note}; prefer "
+            f"{synonym.canonical} ({target.unit})",
+        }
     return {
         "type": "object",
         "additionalProperties": False,
@@ -319,6 +396,15 @@ def run_input_schema(defaults: Limits, ceilings: Limits, images: list[str]) -> J
                 "Default stdlib.",
             },
             "limits": _limits_schema(defaults, ceilings),
+            "env": {
+                "type": "object",
+                "maxProperties": MAX_ENV_VARS,
+                "propertyNames": {"pattern": f"^{ENV_NAME_RE.pattern}$"},
+                "additionalProperties": {"type": "string"},
+                "description": "Environment variables for the program (NAME: VALUE). "
+                "Names that look like credentials are refused: the box is for "
+                "untrusted code.",
+            },
             "return_files": {
                 "type": "boolean",
                 "description": f"Return the files the program leaves in {OUTPUT_DIR} "
@@ -333,19 +419,42 @@ RUN_ID_SCHEMA: JSONObject = {
     "description": "The run_id that start_run (or run_python) returned.",
 }
 
+# Present in every finished run's result, as other sandboxes name them.
+COMMON_RESULT_FIELDS = ("stdout", "stderr", "exit_code", "success", "timed_out")
+
 RUN_OUTPUT_SCHEMA: JSONObject = {
     "type": "object",
-    "required": ["run_id", "state", "elapsed_s", "timeout_s", "resource_uri"],
+    "required": ["run_id", "state", "status", "elapsed_s", "timeout_s", "limits", "resource_uri"],
+    "if": {"properties": {"state": {"const": "finished"}}},
+    "then": {"required": list(COMMON_RESULT_FIELDS)},
     "properties": {
         "run_id": {"type": "string"},
         "state": {"type": "string", "enum": ["running", "finished"]},
         "elapsed_s": {"type": "number"},
         "timeout_s": {"type": "number"},
+        "limits": {
+            "type": "object",
+            "description": "the run's effective limits, in the units the tools take "
+            "(timeout_s, memory_mib, cpus, ...)",
+            "properties": {
+                f.key: {"type": "integer" if f.integral else "number"} for f in LIMIT_FIELDS
+            },
+            "required": [f.key for f in LIMIT_FIELDS],
+        },
         "resource_uri": {"type": "string", "description": "the run's receipt resource"},
         "status": {
             "type": "string",
-            "enum": [s.value for s in Status] + ["error"],
-            "description": "the receipt's status; 'error' when pybox could not run the box",
+            "enum": ["running"] + [s.value for s in Status] + ["error"],
+            "description": "'running'; once finished the receipt's status; 'error' when "
+            "pybox could not run the box",
+        },
+        "success": {
+            "type": "boolean",
+            "description": "true only when the program exited with code 0 (status succeeded)",
+        },
+        "timed_out": {
+            "type": "boolean",
+            "description": "true when the run hit its timeout (status timed_out)",
         },
         "exit_code": {"type": ["integer", "null"]},
         "cause": {"type": "string"},
@@ -379,6 +488,39 @@ RUN_OUTPUT_SCHEMA: JSONObject = {
         },
     },
 }
+
+
+def _result_tool(name: str, what: str) -> JSONObject:
+    title = "Get a run's state or result"
+    return {
+        "name": name,
+        "title": title if name == "get_result" else f"{title} (alias of get_result)",
+        "description": what
+        + f"wait_s (0 to {MAX_GET_WAIT_S:g}, default 0) waits for the end first. Changes "
+        "nothing.",
+        "inputSchema": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["run_id"],
+            "properties": {
+                "run_id": RUN_ID_SCHEMA,
+                "wait_s": {
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": MAX_GET_WAIT_S,
+                    "description": "seconds to wait for the run to finish",
+                },
+            },
+        },
+        "outputSchema": RUN_OUTPUT_SCHEMA,
+        "annotations": {
+            "title": title,
+            "readOnlyHint": True,
+            "destructiveHint": False,
+            "idempotentHint": True,
+            "openWorldHint": False,
+        },
+    }
 
 
 # -- the toolbox --------------------------------------------------------------------------
@@ -426,7 +568,7 @@ class Toolbox:
                     + f" Returns stdout and stderr (each shortened to {reply_kib:g} KiB, "
                     "head and tail, with the full text in the run's resources) and the "
                     "receipt. A failing program is a result with isError true. For runs "
-                    "longer than a minute use start_run and get_run."
+                    "longer than a minute use start_run and get_result."
                 ),
                 "inputSchema": run_schema,
                 "outputSchema": RUN_OUTPUT_SCHEMA,
@@ -443,7 +585,7 @@ class Toolbox:
                 "title": "Start a long Python run",
                 "description": (
                     "Start a Python program in a fresh sandbox box and return its run_id at "
-                    "once, without waiting. " + box_text + limits_text + " Next: call get_run "
+                    "once, without waiting. " + box_text + limits_text + " Next: call get_result "
                     "with the run_id until state is 'finished', or stop_run to end it."
                 ),
                 "inputSchema": run_schema,
@@ -456,37 +598,15 @@ class Toolbox:
                     "openWorldHint": False,
                 },
             },
-            {
-                "name": "get_run",
-                "title": "Get a run's state or result",
-                "description": (
-                    "Return a run's state: 'running', or 'finished' with its output and "
-                    f"receipt. wait_s (0 to {MAX_GET_WAIT_S:g}, default 0) waits for the end "
-                    "first. Changes nothing."
-                ),
-                "inputSchema": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["run_id"],
-                    "properties": {
-                        "run_id": RUN_ID_SCHEMA,
-                        "wait_s": {
-                            "type": "number",
-                            "minimum": 0,
-                            "maximum": MAX_GET_WAIT_S,
-                            "description": "seconds to wait for the run to finish",
-                        },
-                    },
-                },
-                "outputSchema": RUN_OUTPUT_SCHEMA,
-                "annotations": {
-                    "title": "Get a run's state or result",
-                    "readOnlyHint": True,
-                    "destructiveHint": False,
-                    "idempotentHint": True,
-                    "openWorldHint": False,
-                },
-            },
+            _result_tool(
+                "get_result",
+                "Return a run's state: status 'running', or its result (stdout, stderr, "
+                "exit_code, success, timed_out, and the receipt) once it finished. ",
+            ),
+            _result_tool(
+                "get_run",
+                "The same as get_result (kept for clients written before get_result). ",
+            ),
             {
                 "name": "stop_run",
                 "title": "Stop a run",
@@ -517,8 +637,8 @@ class Toolbox:
             return self._run_python(args, ctx)
         if name == "start_run":
             return self._start_run(args)
-        if name == "get_run":
-            return self._get_run(args, ctx)
+        if name in ("get_result", "get_run"):  # get_run: the name before get_result
+            return self._get_result(name, args, ctx)
         if name == "stop_run":
             return self._stop_run(args)
         known = ", ".join(t["name"] for t in self.tools())
@@ -538,6 +658,13 @@ class Toolbox:
                     f"{', '.join(allowed) or 'none (the operator must run `pybox setup`)'}."
                 )
             limits = self.session.resolve(request)
+            machine = self.options.machine_memory_bytes
+            if machine is not None and limits.memory_bytes > machine:
+                raise LimitExceeded(
+                    f"Requested {limits.memory_bytes // MIB} MiB of memory; the engine's "
+                    f"machine has only {machine // MIB} MiB (engine-observed). Ask for at "
+                    f"most {machine // MIB} MiB."
+                )
             self.session.image(request.image)
         except PyboxError as exc:
             return text_result(f"{tool} refused: {exc}", is_error=True)
@@ -583,12 +710,12 @@ class Toolbox:
             )
         return run
 
-    def _get_run(self, args: JSONObject, ctx: CallContext) -> JSONObject:
-        run_id = _run_id_argument("get_run", args, ("wait_s",))
-        wait_s = _typed("get_run", "wait_s", args.get("wait_s", 0), (int, float), "a number")
+    def _get_result(self, tool: str, args: JSONObject, ctx: CallContext) -> JSONObject:
+        run_id = _run_id_argument(tool, args, ("wait_s",))
+        wait_s = _typed(tool, "wait_s", args.get("wait_s", 0), (int, float), "a number")
         if not 0 <= wait_s <= MAX_GET_WAIT_S:
-            raise _bad(f"get_run: wait_s must be between 0 and {MAX_GET_WAIT_S:g}, not {wait_s}.")
-        found = self._find("get_run", run_id)
+            raise _bad(f"{tool}: wait_s must be between 0 and {MAX_GET_WAIT_S:g}, not {wait_s}.")
+        found = self._find(tool, run_id)
         if isinstance(found, dict):
             return found
         if wait_s > 0:
@@ -602,7 +729,7 @@ class Toolbox:
             return found
         if not self.registry.stop(found):
             return text_result(
-                f"stop_run: run {run_id} was asked to stop but has not ended yet; call get_run "
+                f"stop_run: run {run_id} was asked to stop but has not ended yet; call get_result "
                 "to see when its box is gone.",
                 is_error=True,
             )
@@ -618,7 +745,7 @@ class Toolbox:
         budget_s: float | None = None,
     ) -> None:
         """Wait for the run, sending progress. On cancellation stop the run (run_python)
-        or only stop waiting (get_run), then raise Cancelled."""
+        or only stop waiting (get_result), then raise Cancelled."""
         deadline = None if budget_s is None else time.monotonic() + budget_s
         next_progress = 0.0
         last_progress = -1.0
