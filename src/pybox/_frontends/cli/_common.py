@@ -7,11 +7,12 @@ import json
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from pybox._core.display import escape_lines, neutralise_output
+from pybox._core.display import escape_lines, escape_text, neutralise_output
 from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
 from pybox._core.limits import LimitField, parse_user_value
 from pybox._core.receipt import Receipt, Status
@@ -43,6 +44,8 @@ TERMINAL_RESET = "\x18\x1b\\\x1b[0m"
 # a terminal has every escape sequence neutralised, so it cannot draw this mark.
 MARK_ON, MARK_OFF = "\x1b[1;7m", "\x1b[0m"
 PYBOX_PREFIX = "pybox:"
+# Lines meant to be read in a terminal fit the classic width.
+TERMINAL_COLUMNS = 80
 
 
 def say(message: str, stream: TextIO | None = None) -> None:
@@ -51,6 +54,17 @@ def say(message: str, stream: TextIO | None = None) -> None:
     target = stream or sys.stderr
     target.write(escape_lines(message) + "\n")
     target.flush()
+
+
+def fit(text: str, width: int = TERMINAL_COLUMNS, indent: str = "    ") -> str:
+    """`text` escaped and wrapped to `width` columns, later lines indented by `indent`."""
+    return textwrap.fill(
+        escape_text(text),
+        width=width,
+        subsequent_indent=indent,
+        break_long_words=True,
+        break_on_hyphens=False,
+    )
 
 
 def is_terminal(stream: TextIO) -> bool:
