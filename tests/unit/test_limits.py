@@ -138,6 +138,8 @@ def test_refusal_wording_for_counted_limits() -> None:
         Policy().resolve(LimitRequest(open_files=8192))
     with pytest.raises(LimitExceeded, match=r"^Requested 8 CPUs; the maximum is 4 CPUs"):
         Policy().resolve(LimitRequest(cpus=8.0))
+    with pytest.raises(ConfigError, match=r"^The default of 5000 processes is above its ceiling"):
+        Policy().with_settings({"pids": 5000}, {}, "test")
 
 
 def test_resolve_memory_message_names_value_and_ceiling_in_mib() -> None:

@@ -191,8 +191,8 @@ def check_defaults_within(
         ceiling = getattr(ceilings, field.attr)
         if default > ceiling:
             raise ConfigError(
-                f"The default {field.what} ({field.describe(default)}) is above its "
-                f"ceiling ({field.describe(ceiling)}). Lower {section}defaults.{field.key} or "
+                f"The default of {field.amount(default)} is above its ceiling of "
+                f"{field.describe(ceiling)}. Lower {section}defaults.{field.key} or "
                 f"raise {section}ceilings.{field.key} in the operator configuration."
             )
 
