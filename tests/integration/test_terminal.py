@@ -66,9 +66,20 @@ class Tmux:
         pytest.fail(f"pybox exec did not end within {budget_s:g} s")
 
     def kill(self) -> None:
+        """End this server, and remove its socket file (tmux leaves it behind)."""
+        found = subprocess.run(
+            [*self.base, "display-message", "-p", "#{socket_path}"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         subprocess.run(
             [*self.base, "kill-server"], env=self.env, capture_output=True, timeout=30, check=False
         )
+        if found.returncode == 0 and found.stdout.strip():
+            Path(found.stdout.strip()).unlink(missing_ok=True)
 
 
 @pytest.fixture
