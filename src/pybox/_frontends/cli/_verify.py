@@ -1,7 +1,8 @@
 """`pybox verify`: prove containment on this machine with hostile programs.
 
-Prints one line per case (PASS or FAIL, what was attempted, the evidence by
-source) as each case ends, or with `--json` one versioned record on stdout.
+Prints one entry per case (PASS or FAIL, what was attempted, the evidence by
+source) as each case ends, wrapped to fit an 80-column terminal, or with
+`--json` one versioned record on stdout.
 Exit 0 only when every case passed and no box was left behind; 1 otherwise.
 """
 
