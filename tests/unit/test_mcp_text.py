@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from pybox._adapters.state import StateStore
+from pybox._frontends.mcp._dispatcher import log
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.mcp_harness import Peer
@@ -58,3 +61,8 @@ def test_a_quiet_program_gets_no_sections(engine: FakeEngine, state: StateStore)
     text, _ = _text(engine, state, Script())
     assert "--- begin program" not in text and "output follows" not in text
     assert text.split("\n")[1].startswith("pybox: succeeded, exit 0")
+
+
+def test_the_server_log_escapes_a_clients_words(capsys: pytest.CaptureFixture[str]) -> None:
+    log("request 1 cancelled: \x1b]0;owned\x07\u202e")
+    assert capsys.readouterr().err == "pybox mcp: request 1 cancelled: \\x1b]0;owned\\x07\\u202e\n"
