@@ -22,6 +22,7 @@ from pybox._core.limits import (
     Policy,
     parse_user_value,
 )
+from pybox._core.repair import REPAIR_FIELDS
 
 FIELD_IDS = [f.key for f in LIMIT_FIELDS]
 
@@ -113,9 +114,32 @@ def test_resolve_refuses_above_every_ceiling(field: LimitField) -> None:
     with pytest.raises(LimitExceeded) as info:
         Policy().resolve(request_with(field.attr, asked))
     message = str(info.value)
-    assert field.describe(asked) in message
+    assert f"Requested {field.amount(asked)};" in message
     assert f"the maximum is {field.describe(ceiling)}" in message
     assert f"ceilings.{field.key}" in message
+
+
+@pytest.mark.parametrize("field", [*LIMIT_FIELDS, *REPAIR_FIELDS], ids=lambda f: f.key)
+def test_a_refusal_names_the_thing_once(field: LimitField) -> None:
+    """Never "512 processes of processes" or "100 rounds of repair rounds"."""
+    for asked in (field.to_base(field.minimum) + field.scale, field.scale):
+        requested = field.amount(asked)
+        words = requested.split()
+        assert len(words) == len(set(words)), requested
+        assert words[0] == f"{field.to_user(asked):g}"
+        if field.to_user(asked) == 1 and field.unit_one:
+            assert field.unit not in words, requested  # "1 process", "1 repair round"
+
+
+def test_refusal_wording_for_counted_limits() -> None:
+    with pytest.raises(LimitExceeded, match=r"^Requested 8192 processes; the maximum is 4096"):
+        Policy().resolve(LimitRequest(pids=8192))
+    with pytest.raises(LimitExceeded, match=r"^Requested 8192 open files; the maximum is 4096"):
+        Policy().resolve(LimitRequest(open_files=8192))
+    with pytest.raises(LimitExceeded, match=r"^Requested 8 CPUs; the maximum is 4 CPUs"):
+        Policy().resolve(LimitRequest(cpus=8.0))
+    with pytest.raises(ConfigError, match=r"^The default of 5000 processes is above its ceiling"):
+        Policy().with_settings({"pids": 5000}, {}, "test")
 
 
 def test_resolve_memory_message_names_value_and_ceiling_in_mib() -> None:

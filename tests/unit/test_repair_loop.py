@@ -209,9 +209,7 @@ def test_bounds_above_the_operators_ceilings_are_refused(
     session = make_session(engine, state)
     session.repair_policy = RepairPolicy(defaults=ceilings, ceilings=ceilings)
     model, folder = scripted_model(tmp_path, [FIXED])
-    with pytest.raises(
-        LimitExceeded, match=r"Requested 4 rounds of repair rounds; the maximum is 3"
-    ):
+    with pytest.raises(LimitExceeded, match=r"Requested 4 repair rounds; the maximum is 3 rounds"):
         RepairLoop(session, job(model, rounds=4), dict(os.environ))
     with pytest.raises(LimitExceeded, match="the maximum is 8192 MiB"):
         RepairLoop(

@@ -13,6 +13,7 @@ import email.utils
 import http.client
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from email.message import Message
 from typing import IO, Any, Protocol
 
 from pybox._core.addresses import is_loopback
+from pybox._core.display import escape_text
 from pybox._core.errors import (
     ConfigError,
     InvalidRequest,
@@ -73,10 +75,38 @@ def open_provider(model: RepairModel, environ: Mapping[str, str]) -> ModelProvid
             f"variable {model.key_env}, which is not set. Export it, or name another "
             "variable with --key-env."
         )
+    key = key.strip()
+    bad = next((i for i, char in enumerate(key) if not "!" <= char <= "~"), None)
+    if bad is not None:
+        # Never the key itself, nor the character: only where the problem is.
+        raise ConfigError(
+            f"The API key in the environment variable {model.key_env} has a character an "
+            f"HTTP header cannot carry (a line break, a space, a control or a non-ASCII "
+            f"character) at position {bad + 1} of {len(key)}. Set the variable to the key "
+            "alone."
+        )
     base = check_base_url(model.base_url)
     if model.provider is ProviderKind.OPENAI:
-        return OpenAIProvider(model, base, key.strip())
-    return AnthropicProvider(model, base, key.strip())
+        return OpenAIProvider(model, base, key)
+    return AnthropicProvider(model, base, key)
+
+
+def scrub_secret(text: str, secret: str) -> str:
+    """`text` with `secret` replaced by `[key]` in every form an error may show it:
+    as is, as Python shows it in a str or bytes repr, and any piece of it split off
+    at a character that such a repr escapes."""
+    if not secret:
+        return text
+    forms = {
+        secret,
+        repr(secret)[1:-1],
+        repr(secret.encode("utf-8", "surrogatepass"))[2:-1],
+        *(piece for piece in re.split(r"[^!-~]", secret) if len(piece) >= 4),
+    }
+    for form in sorted(forms, key=len, reverse=True):  # the longest first: no partial left
+        if form:
+            text = text.replace(form, "[key]")
+    return text
 
 
 def check_base_url(url: str) -> str:
@@ -188,7 +218,8 @@ class CommandProvider:
                 "time; it was ended."
             ) from None
         if code != 0:
-            detail = stderr_tail.decode("utf-8", "replace").strip()
+            # The command's own words, on one line and with nothing a terminal acts on.
+            detail = escape_text(stderr_tail.decode("utf-8", "replace").strip())
             raise ModelError(
                 f"The model command {self.argv[0]!r} failed with exit status {code}"
                 + (f": {detail}" if detail else " and printed nothing on stderr")
@@ -298,7 +329,7 @@ class _HTTPProvider:
         raise NotImplementedError
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self._key, "[key]") if self._key else text
+        return scrub_secret(text, self._key)
 
     def ask(
         self,
@@ -328,12 +359,13 @@ class _HTTPProvider:
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, TimeoutError):
                 raise ModelTimeout(f"{self.what} did not answer in time.") from None
-            reason = self._scrub(str(exc.reason))
+            reason = escape_text(self._scrub(str(exc.reason)))
             raise ModelError(f"Cannot reach {self.what}: {reason}.") from None
         except TimeoutError:
             raise ModelTimeout(f"{self.what} did not answer in time.") from None
-        except (http.client.HTTPException, OSError) as exc:
-            raise ModelError(f"{self.what} failed: {self._scrub(str(exc))}.") from None
+        except (http.client.HTTPException, OSError, ValueError) as exc:
+            # ValueError: http.client refusing a header value, which may hold the key.
+            raise ModelError(f"{self.what} failed: {escape_text(self._scrub(str(exc)))}.") from None
         try:
             answer = json.loads(raw)
         except ValueError:
@@ -356,7 +388,7 @@ class _HTTPProvider:
         finally:
             exc.close()
         message = _error_message(body) or exc.reason or "no message"
-        message = self._scrub(str(message))[:500]
+        message = escape_text(self._scrub(str(message))[:500])
         if exc.code == 429:
             wait = retry_after_s(exc.headers)
             after = "" if wait is None else f"; it asks to retry after {wait:g} s"

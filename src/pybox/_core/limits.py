@@ -82,6 +82,17 @@ class LimitField:
         unit = self.unit_one if user == 1 and self.unit_one else self.unit
         return f"{shown} {unit}".rstrip()
 
+    def amount(self, base_value: float) -> str:
+        """How much of this limit, naming the thing once: "32768 MiB of memory",
+        "512 processes", "5000 open files", "100 repair rounds" (never "of processes")."""
+        words = self.what.split()
+        if self.unit not in words and self.unit_one not in words:
+            return f"{self.describe(base_value)} of {self.what}"
+        if self.what in (self.unit, self.unit_one):  # "processes", "CPU": the unit says it
+            return self.describe(base_value)
+        shown, unit = self.describe(base_value).split(" ", 1)
+        return f"{shown} {' '.join(unit if w in (self.unit, self.unit_one) else w for w in words)}"
+
 
 LIMIT_FIELDS: tuple[LimitField, ...] = (
     LimitField("timeout_s", "timeout_s", "wall-clock time", "s", 1, False, 0.1),
@@ -180,8 +191,8 @@ def check_defaults_within(
         ceiling = getattr(ceilings, field.attr)
         if default > ceiling:
             raise ConfigError(
-                f"The default {field.what} ({field.describe(default)}) is above its "
-                f"ceiling ({field.describe(ceiling)}). Lower {section}defaults.{field.key} or "
+                f"The default of {field.amount(default)} is above its ceiling of "
+                f"{field.describe(ceiling)}. Lower {section}defaults.{field.key} or "
                 f"raise {section}ceilings.{field.key} in the operator configuration."
             )
 
@@ -238,13 +249,12 @@ def resolve_fields(
         minimum_base = field.to_base(field.minimum)
         if number < minimum_base:
             raise InvalidRequest(
-                f"Requested {field.describe(number)} of {field.what}; the minimum is "
-                f"{field.describe(minimum_base)}."
+                f"Requested {field.amount(number)}; the minimum is {field.describe(minimum_base)}."
             )
         ceiling = getattr(ceilings, field.attr)
         if number > ceiling:
             raise LimitExceeded(
-                f"Requested {field.describe(number)} of {field.what}; the maximum is "
+                f"Requested {field.amount(number)}; the maximum is "
                 f"{field.describe(ceiling)}. Ask for at most {field.describe(ceiling)}, "
                 f"or have the operator raise {section}ceilings.{field.key}."
             )

@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
+from pybox._core.display import escape_text, plural, quoted
 from pybox._core.limits import FIELDS_BY_ATTR, MIB
 
 RECEIPT_VERSION = 1
+# The human summary names this many skipped files; the receipt lists them all.
+SKIPPED_SHOWN = 3
 
 
 class Status(StrEnum):
@@ -271,6 +274,10 @@ def _seconds(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.2f} s"
 
 
+def _count(value: int | None, singular: str) -> str:
+    return f"unknown {singular}s" if value is None else plural(value, singular)
+
+
 def summarize(receipt: Receipt) -> list[str]:
     limits = receipt.configured.limits
     engine = receipt.observed_by_engine
@@ -306,13 +313,13 @@ def summarize(receipt: Receipt) -> list[str]:
         lines.append(
             f"  kernel: memory peak {format_bytes(kernel.memory_peak_bytes)}; processes peak "
             f"{kernel.pids_peak if kernel.pids_peak is not None else 'unknown'}; CPU {cpu}; "
-            f"throttled {kernel.cpu_throttled_periods} periods; OOM kills "
-            f"{kernel.oom_kill_count}; {kernel.samples} samples"
+            f"throttled {_count(kernel.cpu_throttled_periods, 'period')}; OOM kills "
+            f"{kernel.oom_kill_count}; {plural(kernel.samples, 'sample')}"
         )
     else:
         lines.append("  kernel: no samples (see unknown)")
     files = (
-        f"; {len(program.output_files)} files returned"
+        f"; {plural(len(program.output_files), 'file')} returned"
         if receipt.configured.collect_outputs
         else ""
     )
@@ -322,8 +329,18 @@ def summarize(receipt: Receipt) -> list[str]:
         f"{format_bytes(program.stderr.bytes_total)}"
         f"{' (truncated)' if program.stderr.truncated else ''}{files}"
     )
-    for item in program.output_files_skipped:
-        lines.append(f"  skipped output file {item.path}: {item.reason}")
+    if program.output_files_skipped:
+        lines.append(skipped_line(program.output_files_skipped))
     for unknown in receipt.unknown:
         lines.append(f"  unknown: {unknown.fact}: {unknown.reason}")
-    return lines
+    # Names, reasons and messages may come from inside the box: no line may carry
+    # a character a terminal acts on (see pybox._core.display).
+    return [escape_text(line) for line in lines]
+
+
+def skipped_line(skipped: tuple[SkippedFile, ...]) -> str:
+    """One line however many files were skipped: the count and the first few, quoted."""
+    shown = "; ".join(f"{quoted(item.path)} ({item.reason})" for item in skipped[:SKIPPED_SHOWN])
+    more = len(skipped) - SKIPPED_SHOWN
+    rest = f"; {more} more in the receipt" if more > 0 else ""
+    return f"  skipped: {plural(len(skipped), 'output file')} not returned: {shown}{rest}"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pybox._core.display import escape_text
 from pybox._core.errors import InvalidRequest
 from pybox._core.limits import (
     LimitField,
@@ -81,8 +82,10 @@ REPAIR_FIELDS: tuple[LimitField, ...] = (
     LimitField("total_s", "total_s", "total repair time", "s", 1, False, 1),
     LimitField("model_calls", "model_calls", "model calls", "calls", 1, True, 1, "call"),
     LimitField("prompt_bytes", "prompt_bytes", "prompt size", "bytes", 1, True, 1024, "byte"),
-    LimitField("reply_bytes", "reply_bytes", "model reply bytes in total", "bytes", 1, True, 64),
-    LimitField("proposal_bytes", "proposal_bytes", "proposal size", "bytes", 1, True, 16),
+    LimitField(
+        "reply_bytes", "reply_bytes", "model reply bytes in total", "bytes", 1, True, 64, "byte"
+    ),
+    LimitField("proposal_bytes", "proposal_bytes", "proposal size", "bytes", 1, True, 16, "byte"),
     LimitField(
         "invalid_proposals",
         "invalid_proposals",
@@ -846,4 +849,6 @@ def summarize(report: RepairReport) -> list[str]:
             lines.append(f"  fixed:    {digest}, written to {report.written_to}")
         else:
             lines.append(f"  fixed:    {digest} (round {report.fixed_round})")
-    return lines
+    # Stop details and invalid-proposal reasons may quote a model, a provider or a
+    # program: nothing in them may act on a terminal.
+    return [escape_text(line) for line in lines]

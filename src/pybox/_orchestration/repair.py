@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pybox._adapters.models import ModelProvider, open_provider
+from pybox._core.display import plural
 from pybox._core.errors import (
     InvalidRequest,
     ModelError,
@@ -273,7 +274,7 @@ class RepairLoop:
                 if self.invalid >= limits.invalid_proposals:
                     raise _Stop(
                         StopReason.INVALID_PROPOSAL,
-                        f"{self.invalid} invalid proposal(s), the most allowed "
+                        f"{plural(self.invalid, 'invalid proposal')}, the most allowed "
                         f"(invalid_proposals); the last: {proposal.reason}",
                         "invalid_proposals",
                     )
@@ -317,7 +318,7 @@ class RepairLoop:
             code = proposal.code
         raise _Stop(
             StopReason.BUDGET_EXHAUSTED,
-            f"all {limits.rounds} round(s) were used without meeting the goal",
+            f"all {plural(limits.rounds, 'round')} used without meeting the goal",
             "rounds",
         )
 
@@ -376,7 +377,7 @@ class RepairLoop:
             if self.model_calls >= limits.model_calls:
                 raise stop(
                     StopReason.BUDGET_EXHAUSTED,
-                    f"all {limits.model_calls} model call(s) were used",
+                    f"all {plural(limits.model_calls, 'model call')} used",
                     "model_calls",
                 )
             reply_left = limits.reply_bytes - self.reply_bytes

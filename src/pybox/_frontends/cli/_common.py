@@ -7,10 +7,12 @@ import json
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from pybox._core.display import escape_lines, escape_text, neutralise_output
 from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
 from pybox._core.limits import LimitField, parse_user_value
 from pybox._core.receipt import Receipt, Status
@@ -34,10 +36,83 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_REJECTED, f"pybox: {message}. Run `{self.prog} --help` for the options.\n")
 
 
+# On a terminal, before pybox's own lines after a program's output: CAN abandons an
+# escape sequence left half-written, ST ends an OSC/DCS/APC/PM/SOS string left open
+# (one would swallow everything after it), SGR 0 resets colours and attributes.
+TERMINAL_RESET = "\x18\x1b\\\x1b[0m"
+# pybox's mark on a terminal: "pybox:" in bold reverse video. Program output shown on
+# a terminal has every escape sequence neutralised, so it cannot draw this mark.
+MARK_ON, MARK_OFF = "\x1b[1;7m", "\x1b[0m"
+PYBOX_PREFIX = "pybox:"
+# Lines meant to be read in a terminal fit the classic width.
+TERMINAL_COLUMNS = 80
+
+
 def say(message: str, stream: TextIO | None = None) -> None:
+    """Print one message of pybox's. Anything in it a terminal would act on (text that
+    came from a box, a model or an engine) is shown as an escape, line by line."""
     target = stream or sys.stderr
-    target.write(message + "\n")
+    target.write(escape_lines(message) + "\n")
     target.flush()
+
+
+def fit(text: str, width: int = TERMINAL_COLUMNS, indent: str = "    ") -> str:
+    """`text` escaped and wrapped to `width` columns, later lines indented by `indent`."""
+    return textwrap.fill(
+        escape_text(text),
+        width=width,
+        subsequent_indent=indent,
+        break_long_words=True,
+        break_on_hyphens=False,
+    )
+
+
+def is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
+
+
+def styled(stream: TextIO) -> bool:
+    """Whether pybox marks its lines on `stream`: a terminal that understands escapes."""
+    return is_terminal(stream) and os.environ.get("TERM", "") != "dumb"
+
+
+def write_program_output(data: bytes, stream: TextIO) -> bytes:
+    """Write a program's output to `stream` and return what was written.
+
+    To a file or a pipe the bytes go as they are. To a terminal they go through
+    `neutralise_output`: escapes, lone CRs and other controls are shown as text,
+    so the program cannot recolour, move, clear or retitle the terminal, or
+    open a string that would hide pybox's lines after it.
+    """
+    shown = neutralise_output(data) if is_terminal(stream) else data
+    stream.flush()
+    stream.buffer.write(shown)
+    stream.flush()
+    return shown
+
+
+def say_after_output(lines: list[str], stream: TextIO, output_ended_line: bool) -> None:
+    """pybox's own lines after a program's output, in a form the program cannot forge.
+
+    On a terminal: reset whatever state the output may have left, start on a fresh
+    line, and mark the first line's "pybox:" (see MARK_ON). Elsewhere the lines
+    are plain; every line is escaped either way.
+    """
+    if not lines:
+        return
+    safe = [escape_lines(line) for line in lines]
+    if styled(stream):
+        stream.write(TERMINAL_RESET + ("" if output_ended_line else "\n"))
+        first = safe[0]
+        if first.startswith(PYBOX_PREFIX):
+            safe[0] = MARK_ON + PYBOX_PREFIX + MARK_OFF + first[len(PYBOX_PREFIX) :]
+    elif not output_ended_line:
+        stream.write("\n")
+    stream.write("\n".join(safe) + "\n")
+    stream.flush()
 
 
 def progress(message: str) -> None:

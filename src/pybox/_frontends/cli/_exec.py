@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pybox._core.display import plural
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.limits import FIELDS_BY_KEY, LimitRequest
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
@@ -19,11 +20,14 @@ from pybox._frontends.cli._common import (
     Commands,
     add_bounded_flags,
     bounded_flag_values,
+    is_terminal,
     json_error,
     open_session,
     read_file,
     say,
+    say_after_output,
     status_exit_code,
+    write_program_output,
 )
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
 from pybox._orchestration.outputs import discard, stage_destination
@@ -143,25 +147,40 @@ def cmd_exec(args: argparse.Namespace) -> int:
         except PyboxError as exc:
             # Nothing is lost: the files stay in the staging directory, which is reported.
             publish_error, destination = exc, staging
-    _print_outcome(args, outcome, destination)
+    notes = [] if publish_error is None else [f"pybox: {publish_error}"]
+    _print_outcome(args, outcome, destination, notes)
     if publish_error is not None:
-        say(f"pybox: {publish_error}")
         return EXIT_PYBOX_FAILED
     return EXIT_STOPPED if interrupted else status_exit_code(outcome.receipt)
 
 
-def _print_outcome(args: argparse.Namespace, outcome: RunOutcome, destination: Path | None) -> None:
+def _print_outcome(
+    args: argparse.Namespace, outcome: RunOutcome, destination: Path | None, notes: list[str]
+) -> None:
     if args.json:
         say(json.dumps(exec_json(outcome, destination)), sys.stdout)
+        for note in notes:
+            say(note)
         return
-    sys.stdout.buffer.write(outcome.stdout)
-    sys.stdout.flush()
-    sys.stderr.buffer.write(outcome.stderr)
-    sys.stderr.flush()
-    for line in outcome.receipt.summary_lines():
-        say(line)
-    if destination is not None:
-        say(f"  files:  {len(outcome.output_files)} written to {destination}")
+    shown_out = write_program_output(outcome.stdout, sys.stdout)
+    shown_err = write_program_output(outcome.stderr, sys.stderr)
+    lines = outcome.receipt.summary_lines()
+    if args.quiet:
+        lines = lines[:1]  # the status line: what happened, the exit code, the run id
+    elif destination is not None:
+        lines.append(
+            f"  files:  {plural(len(outcome.output_files), 'file')} written to {destination}"
+        )
+    say_after_output([*lines, *notes], sys.stderr, _ended_line(shown_out, shown_err))
+
+
+def _ended_line(shown_out: bytes, shown_err: bytes) -> bool:
+    """Whether the output last shown where the receipt goes ended its line."""
+    if shown_err:
+        return shown_err.endswith(b"\n")
+    if shown_out and is_terminal(sys.stdout) and is_terminal(sys.stderr):
+        return shown_out.endswith(b"\n")  # both on the one screen
+    return True
 
 
 def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> None:
@@ -214,5 +233,12 @@ def register(commands: Commands) -> None:
     add_limit_flags(run)
     _program_arguments_after_double_dash(run)
     run.add_argument("--image", default="stdlib", help="a recorded image (default: stdlib)")
-    run.add_argument("--json", action="store_true", help="print one JSON record on stdout")
+    shown = run.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print one JSON record on stdout")
+    shown.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="print only the program's output and a one-line result (same exit code)",
+    )
     run.set_defaults(handler=cmd_exec)

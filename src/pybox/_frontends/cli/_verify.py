@@ -1,7 +1,8 @@
 """`pybox verify`: prove containment on this machine with hostile programs.
 
-Prints one line per case (PASS or FAIL, what was attempted, the evidence by
-source) as each case ends, or with `--json` one versioned record on stdout.
+Prints one entry per case (PASS or FAIL, what was attempted, the evidence by
+source) as each case ends, wrapped to fit an 80-column terminal, or with
+`--json` one versioned record on stdout.
 Exit 0 only when every case passed and no box was left behind; 1 otherwise.
 """
 
@@ -12,8 +13,16 @@ import json
 import sys
 from typing import Any
 
+from pybox._core.display import plural
 from pybox._core.errors import PyboxError
-from pybox._frontends.cli._common import EXIT_STOPPED, Commands, error_kind, open_session, say
+from pybox._frontends.cli._common import (
+    EXIT_STOPPED,
+    Commands,
+    error_kind,
+    fit,
+    open_session,
+    say,
+)
 from pybox._orchestration.verify import run_suite
 from pybox._orchestration.verify_judges import CaseResult, SuiteResult
 from pybox._version import __version__
@@ -23,11 +32,15 @@ EXIT_NOT_CONTAINED = 1
 
 
 def case_line(result: CaseResult) -> str:
+    """One case, wrapped to fit an 80-column terminal (later lines indented).
+
+    Evidence may quote what a hostile program printed: it is escaped before it is
+    wrapped, so the escapes count towards the width."""
     evidence = "; ".join(f"{fact.source}: {fact.text}" for fact in result.facts)
     line = f"{'PASS' if result.passed else 'FAIL'} {result.name}: {result.attempted}."
     if result.failures:
         line += " FAILED: " + "; ".join(result.failures) + "."
-    return line + f" Evidence: {evidence or 'none'}."
+    return fit(line + f" Evidence: {evidence or 'none'}.")
 
 
 def case_json(result: CaseResult) -> dict[str, Any]:
@@ -80,8 +93,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     }
     if not args.json:
         say(
-            f"pybox {__version__} verify: hostile programs against {facts.endpoint}, "
-            f"Docker {facts.server_version}",
+            fit(
+                f"pybox {__version__} verify: hostile programs against {facts.endpoint}, "
+                f"Docker {facts.server_version}"
+            ),
             sys.stdout,
         )
 
@@ -103,12 +118,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         say(json.dumps(verify_json(suite, engine)), sys.stdout)
         return 0 if suite.passed else EXIT_NOT_CONTAINED
     for name in suite.left_behind:
-        say(f"FAIL left behind: {name} (now removed)", sys.stdout)
+        say(fit(f"FAIL left behind: {name} (now removed)"), sys.stdout)
     passed = sum(case.passed for case in suite.cases)
     verdict = "contained" if suite.passed else "NOT contained"
     say(
-        f"{verdict}: {passed} of {len(suite.cases)} cases passed; "
-        f"{len(suite.left_behind)} boxes left behind; {suite.duration_s:.1f} s",
+        fit(
+            f"{verdict}: {passed} of {len(suite.cases)} cases passed; "
+            f"{plural(len(suite.left_behind), 'box', 'boxes')} left behind; "
+            f"{suite.duration_s:.1f} s"
+        ),
         sys.stdout,
     )
     return 0 if suite.passed else EXIT_NOT_CONTAINED

@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pybox._core.display import escape_lines
 from pybox._core.errors import PyboxError
 from pybox._frontends.mcp._protocol import (
     ALL_VERSIONS,
@@ -96,8 +97,9 @@ CACHEABLE = {
 
 
 def log(message: str) -> None:
-    """Logs go to stderr: stdout belongs to the protocol."""
-    sys.stderr.write(f"pybox mcp: {message}\n")
+    """Logs go to stderr: stdout belongs to the protocol. A client's words in them
+    (a cancel reason, a request line) are escaped, like everything pybox prints."""
+    sys.stderr.write(f"pybox mcp: {escape_lines(message)}\n")
     sys.stderr.flush()
 
 
