@@ -19,7 +19,12 @@ from pybox._core.images import check_image_name
 from pybox._core.limits import KIB, MIB, parse_user_value
 from pybox._frontends.mcp._clientconfig import CLIENTS, WHERE, client_config
 from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
-from pybox._frontends.mcp._http import HttpServer, http_settings
+from pybox._frontends.mcp._http import (
+    HttpServer,
+    add_http_arguments,
+    http_limits,
+    http_settings,
+)
 from pybox._frontends.mcp._runs import RunRegistry
 from pybox._frontends.mcp._stdio import StdioServer, claim_stdio
 from pybox._frontends.mcp._tools import (
@@ -110,8 +115,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     try:
         _warm_up(session)
         if args.http is not None:
+            limits = http_limits(args, options.max_message_bytes)
             settings, generated = http_settings(
-                args.http, os.environ, tuple(args.allow_origin or ())
+                args.http, os.environ, tuple(args.allow_origin or ()), limits
             )
             server = HttpServer(settings, dispatcher)
             if generated:
@@ -160,6 +166,7 @@ def register(commands: Any) -> None:
         metavar="ORIGIN",
         help="an extra browser Origin allowed to call the HTTP endpoint (repeatable)",
     )
+    add_http_arguments(mcp)
     mcp.add_argument(
         "--images", metavar="NAMES", help="comma-separated images agents may use (default: all)"
     )
