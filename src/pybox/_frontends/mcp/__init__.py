@@ -25,7 +25,7 @@ from pybox._frontends.mcp._http import (
     http_limits,
     http_settings,
 )
-from pybox._frontends.mcp._runs import RunRegistry
+from pybox._frontends.mcp._runs import RunRegistry, add_registry_arguments, registry_from_args
 from pybox._frontends.mcp._stdio import StdioServer, claim_stdio
 from pybox._frontends.mcp._tools import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -97,8 +97,10 @@ def _positive(flag: str, value: int) -> int:
     return value
 
 
-def build_dispatcher(session: Session, options: ServerOptions) -> Dispatcher:
-    return Dispatcher(Toolbox(session, RunRegistry(session), options))
+def build_dispatcher(
+    session: Session, options: ServerOptions, registry: RunRegistry | None = None
+) -> Dispatcher:
+    return Dispatcher(Toolbox(session, registry or RunRegistry(session), options))
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -111,7 +113,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         max_running=_positive("--max-running", args.max_running),
         max_message_bytes=_positive("--max-message", args.max_message) * MIB,
     )
-    dispatcher = build_dispatcher(session, options)
+    dispatcher = build_dispatcher(session, options, registry_from_args(session, args))
     try:
         _warm_up(session)
         if args.http is not None:
@@ -167,6 +169,7 @@ def register(commands: Any) -> None:
         help="an extra browser Origin allowed to call the HTTP endpoint (repeatable)",
     )
     add_http_arguments(mcp)
+    add_registry_arguments(mcp)
     mcp.add_argument(
         "--images", metavar="NAMES", help="comma-separated images agents may use (default: all)"
     )
