@@ -323,3 +323,18 @@ def test_plain_http_beyond_loopback_is_warned_about() -> None:
     assert warning is not None and "every interface" in warning and "plain HTTP" in warning
     assert "10.0.0.5" in (exposure_warning("10.0.0.5") or "")
     assert exposure_warning("127.0.0.1") is None and exposure_warning("::1") is None
+
+
+def test_a_client_expecting_100_continue_is_told_to_send(make_server: ServerFactory) -> None:
+    server = make_server()
+    body = json.dumps(LIST).encode()
+    with socket.create_connection(address(server), timeout=10) as sock:
+        sock.sendall(
+            request_bytes(body, {"Expect": "100-continue"}).split(b"\r\n\r\n")[0] + b"\r\n\r\n"
+        )
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert status_of(answer) == 200

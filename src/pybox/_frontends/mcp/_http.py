@@ -378,6 +378,7 @@ class _Handler(socketserver.BaseRequestHandler):
                     raise HttpError(400, "Send Content-Length or Transfer-Encoding, not both.")
                 if transfer.strip().lower() != "chunked":
                     raise HttpError(501, f"Transfer-Encoding {transfer[:100]!r} is not supported.")
+                self._continue()
                 body, taken = self.reader.read_chunked(self.server.bodies)
             else:
                 if length_text is None:
@@ -392,6 +393,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 if not self.server.bodies.take(length, limits.read_timeout_s):
                     raise HttpError(503, "The server holds too many request bodies; retry.")
                 taken = length
+                self._continue()
                 body = self.reader.read_length(length)
             message = self._decode(body)
             del body
@@ -405,6 +407,12 @@ class _Handler(socketserver.BaseRequestHandler):
             self.server.bodies.give_back(taken)
         if message is not _UNPARSED:
             self._dispatch(message)
+
+    def _continue(self) -> None:
+        """A client that waits before sending its body (curl does) may send it now."""
+        expect = (self.headers.get("Expect") or "").lower()
+        if expect == "100-continue" and self.head.version == "HTTP/1.1":
+            self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _decode(self, body: bytearray) -> Any:
         cap = self.server.limits.max_json_values
