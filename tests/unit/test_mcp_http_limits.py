@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import socket
@@ -13,8 +14,15 @@ from typing import Any
 import pytest
 
 from pybox._adapters.state import StateStore
+from pybox._core.errors import ConfigError
 from pybox._frontends.mcp import ServerOptions, build_dispatcher
-from pybox._frontends.mcp._http import HttpServer, HttpSettings, exposure_warning
+from pybox._frontends.mcp._http import (
+    HttpServer,
+    HttpSettings,
+    add_http_arguments,
+    exposure_warning,
+    http_limits,
+)
 from pybox._frontends.mcp._httpsessions import Sessions
 from pybox._frontends.mcp._httpwire import (
     ByteBudget,
@@ -22,6 +30,7 @@ from pybox._frontends.mcp._httpwire import (
     HttpLimits,
     json_values_within,
 )
+from pybox._frontends.mcp._runs import add_registry_arguments, registry_from_args
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine
 from tests.unit.mcp_harness import MODERN_META
@@ -338,3 +347,29 @@ def test_a_client_expecting_100_continue_is_told_to_send(make_server: ServerFact
         while chunk := sock.recv(65536):
             answer += chunk
     assert status_of(answer) == 200
+
+
+def test_the_caps_are_operator_flags_checked_at_start(
+    engine: FakeEngine, state: StateStore
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_http_arguments(parser)
+    add_registry_arguments(parser)
+    defaults = parser.parse_args([])
+    assert http_limits(defaults, 64 * 1024 * 1024) == HttpLimits()
+    flags = "--http-max-connections 8 --http-max-header-kib 4 --http-max-headers 9 "
+    flags += "--http-read-timeout-s 2.5 --keep-files-mib 5 --max-read-mib 2"
+    args = parser.parse_args(flags.split())
+    limits = http_limits(args, 1000)
+    assert (limits.max_connections, limits.max_header_bytes, limits.max_headers) == (8, 4096, 9)
+    assert (limits.read_timeout_s, limits.max_body_bytes) == (2.5, 1000)
+    registry = registry_from_args(make_session(engine, state), args)
+    assert (registry.keep_files_bytes, registry.read_max_bytes) == (
+        5 * 1024 * 1024,
+        2 * 1024 * 1024,
+    )
+    for bad in (["--http-max-connections", "0"], ["--http-read-timeout-s", "0"]):
+        with pytest.raises(ConfigError, match=bad[0]):
+            http_limits(parser.parse_args(bad), 1000)
+    with pytest.raises(ConfigError, match="--max-read-mib"):
+        registry_from_args(make_session(engine, state), parser.parse_args(["--max-read-mib", "0"]))

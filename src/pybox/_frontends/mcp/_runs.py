@@ -236,14 +236,10 @@ def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def registry_from_args(session: Session, args: argparse.Namespace) -> RunRegistry:
-    for flag, value in (
-        ("--keep-files-mib", args.keep_files_mib),
-        ("--max-read-mib", args.max_read_mib),
-    ):
-        if value < 0 or (value == 0 and flag == "--max-read-mib"):
-            raise ConfigError(
-                f"{flag} must be at least {int(flag == '--max-read-mib')}, not {value}."
-            )
+    if args.keep_files_mib < 0:
+        raise ConfigError(f"--keep-files-mib must be 0 or more, not {args.keep_files_mib}.")
+    if args.max_read_mib < 1:
+        raise ConfigError(f"--max-read-mib must be at least 1, not {args.max_read_mib}.")
     return RunRegistry(
         session,
         keep_files_bytes=args.keep_files_mib * MIB,
