@@ -40,6 +40,8 @@ IDLE_CONNECTIONS = 300
 HEADER_FLOODERS = 40
 FLOOD_HEADER_BYTES = 6 * MIB
 BIG_BODY_BYTES = 60 * MIB
+TRICKLERS = 10
+TRICKLE_FOR_S = 20.0  # longer than the server's default read timeout (10 s)
 DURATION_LIMIT_S = 120.0
 
 
@@ -187,6 +189,20 @@ def flood_headers(address: tuple[str, int], results: list[int]) -> None:
     results.append(status_of(answer))
 
 
+def trickle(address: tuple[str, int], closed_after: list[float]) -> None:
+    """Send a request head a byte at a time; note when the server closed the connection."""
+    started = time.monotonic()
+    with socket.create_connection(address, timeout=TRICKLE_FOR_S) as sock:
+        try:
+            sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            while time.monotonic() - started < TRICKLE_FOR_S:
+                time.sleep(0.5)
+                sock.sendall(b"a")
+            return  # never closed: not appended, so the test fails
+        except OSError:
+            closed_after.append(time.monotonic() - started)
+
+
 def test_anonymous_load_is_bounded_and_the_token_holder_is_served(
     server: tuple[subprocess.Popen[bytes], tuple[str, int]],
 ) -> None:
@@ -221,14 +237,23 @@ def test_anonymous_load_is_bounded_and_the_token_holder_is_served(
             thread.start()
         for thread in flooders:
             thread.join(60)
-        # 3. A 60 MiB body without the token: refused before a byte of it is read.
+        # 3. Connections that send their head a byte every half second.
+        trickled: list[float] = []
+        tricklers = [
+            threading.Thread(target=trickle, args=(address, trickled), daemon=True)
+            for _ in range(TRICKLERS)
+        ]
+        for thread in tricklers:
+            thread.start()
+        # 4. A 60 MiB body without the token: refused before a byte of it is read.
         anonymous = exchange(address, request(b"[" + b" " * (BIG_BODY_BYTES - 2) + b"]", "x" * 40))
-        # 4. With the token: 60 MiB of tiny values (the parse would take over 1.5 GB) ...
+        # 5. With the token: 60 MiB of tiny values (the parse would take over 1.5 GB) ...
         tiny = exchange(address, request(b"[" + b"[]," * (BIG_BODY_BYTES // 3 - 1) + b"[]]"))
         # ... and a 60 MiB message that is parsed and answered.
         padded = LIST[:-1] + b', "padding": "' + b"p" * (BIG_BODY_BYTES - len(LIST) - 20) + b'"}'
         big = exchange(address, request(padded))
-        time.sleep(1.0)  # the client keeps asking while the load winds down
+        for thread in tricklers:
+            thread.join(TRICKLE_FOR_S + 10)
         final = proc_status(process.pid)
     finally:
         client.stop.set()
@@ -247,6 +272,7 @@ def test_anonymous_load_is_bounded_and_the_token_holder_is_served(
         "client_attempts": client.attempts,
         "client_unanswered_calls": client.unanswered_calls,
         "header_flood_statuses": sorted(set(header_results)),
+        "tricklers_closed_after_s": sorted(round(t, 1) for t in trickled),
         "elapsed_s": round(elapsed_s, 1),
     }
     print(f"load summary: {summary}")
@@ -255,6 +281,7 @@ def test_anonymous_load_is_bounded_and_the_token_holder_is_served(
     assert status_of(tiny) == 413 and b"JSON values" in tiny
     assert status_of(big) == 200
     assert set(header_results) <= {431, 0}  # 431, or closed while still sending
+    assert len(trickled) == TRICKLERS, summary  # every one dropped by the server
     assert peak["Threads"] <= MAX_THREADS, summary
     assert final["VmHWM"] / 1024 <= MAX_PEAK_RSS_MIB, summary
     assert final["VmRSS"] / 1024 <= MAX_FINAL_RSS_MIB, summary
