@@ -377,3 +377,21 @@ def test_the_caps_are_operator_flags_checked_at_start(
             http_limits(parser.parse_args(bad), 1000)
     with pytest.raises(ConfigError, match="--max-read-mib"):
         registry_from_args(make_session(engine, state), parser.parse_args(["--max-read-mib", "0"]))
+
+
+def test_a_token_beyond_latin_1_works_and_a_wrong_one_is_refused(
+    engine: FakeEngine, state: StateStore
+) -> None:
+    token = "jeton-secret-\u20ac\u4e2d" + "x" * 16
+    dispatcher = build_dispatcher(make_session(engine, state), ServerOptions())
+    server = HttpServer(HttpSettings("127.0.0.1", 0, token), dispatcher)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    try:
+        body = json.dumps(LIST).encode()
+        good = request_bytes(body, token="@@").replace(b"Bearer @@", f"Bearer {token}".encode())
+        assert status_of(raw(server, good)) == 200
+        assert status_of(raw(server, request_bytes(body, token="x" * 40))) == 401
+    finally:
+        server.shutdown()
+        thread.join(10)

@@ -284,7 +284,8 @@ class _Handler(socketserver.BaseRequestHandler):
         self._check_host_and_origin()
         given = self.headers.get("Authorization") or ""
         expected = f"Bearer {self.server.settings.token}"
-        if not hmac.compare_digest(given.encode("latin-1"), expected.encode("latin-1")):
+        # Header bytes were read as latin-1; the operator's token is text (UTF-8 on the wire).
+        if not hmac.compare_digest(given.encode("latin-1"), expected.encode()):
             self.close_connection = True  # any body stays unread
             self._plain(
                 HTTPStatus.UNAUTHORIZED,
