@@ -27,8 +27,13 @@ from pybox._frontends.mcp._clientconfig import (
     client_config,
 )
 from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
-from pybox._frontends.mcp._http import HttpServer, http_settings
-from pybox._frontends.mcp._runs import RunRegistry
+from pybox._frontends.mcp._http import (
+    HttpServer,
+    add_http_arguments,
+    http_limits,
+    http_settings,
+)
+from pybox._frontends.mcp._runs import RunRegistry, add_registry_arguments, registry_from_args
 from pybox._frontends.mcp._startup import Machine, check_images, machine_fit
 from pybox._frontends.mcp._stdio import StdioServer, claim_stdio
 from pybox._frontends.mcp._tools import (
@@ -101,8 +106,10 @@ def _positive(flag: str, value: int) -> int:
     return value
 
 
-def build_dispatcher(session: Session, options: ServerOptions) -> Dispatcher:
-    return Dispatcher(Toolbox(session, RunRegistry(session), options))
+def build_dispatcher(
+    session: Session, options: ServerOptions, registry: RunRegistry | None = None
+) -> Dispatcher:
+    return Dispatcher(Toolbox(session, registry or RunRegistry(session), options))
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -117,12 +124,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     )
     check_images(options.images, session.state.images(), str(session.state.root))
     options = _fit_machine(session, options)
-    dispatcher = build_dispatcher(session, options)
+    dispatcher = build_dispatcher(session, options, registry_from_args(session, args))
     try:
         _warm_up(session)
         if args.http is not None:
+            limits = http_limits(args, options.max_message_bytes)
             settings, generated = http_settings(
-                args.http, os.environ, tuple(args.allow_origin or ())
+                args.http, os.environ, tuple(args.allow_origin or ()), limits
             )
             server = HttpServer(settings, dispatcher)
             if generated:
@@ -245,6 +253,8 @@ def register(commands: Any) -> None:
         metavar="ORIGIN",
         help="an extra browser Origin allowed to call the HTTP endpoint (repeatable)",
     )
+    add_http_arguments(mcp)
+    add_registry_arguments(mcp)
     mcp.add_argument(
         "--images", metavar="NAMES", help="comma-separated images agents may use (default: all)"
     )

@@ -6,30 +6,53 @@ One endpoint, `/mcp`, serves both eras:
 - 2025-11-25 and older: `initialize` opens a session (`Mcp-Session-Id`),
   later POSTs name it, `notifications/cancelled` cancels, DELETE ends it.
 
-Every request needs the bearer token. A browser page cannot drive the server:
-an `Origin` that is not this server's own (or one the operator allowed) is
-refused, and so is a `Host` that is not a loopback name while bound to
-loopback (DNS rebinding).
+Every request needs the bearer token, checked as soon as the request head is
+read (before any body). A browser page cannot drive the server: an `Origin`
+that is not this server's own (or one the operator allowed) is refused, and so
+is a `Host` that is not a loopback name while bound to loopback (DNS
+rebinding). Connections, heads, bodies and waits are bounded by `_httpwire`
+before the token is known; sessions are never pushed out while in use.
 """
 
 from __future__ import annotations
 
 import hmac
+import os
 import queue
-import secrets
+import re
 import select
 import socket
+import socketserver
 import threading
-from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import replace
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from pybox._core.addresses import is_loopback
-from pybox._core.errors import ConfigError
 from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
+from pybox._frontends.mcp._httpsessions import Session, Sessions
+from pybox._frontends.mcp._httpsettings import (
+    TOKEN_ENV,
+    HttpSettings,
+    add_http_arguments,
+    exposure_warning,
+    http_limits,
+    http_settings,
+    parse_address,
+)
+from pybox._frontends.mcp._httpwire import (
+    KIB,
+    ByteBudget,
+    Closed,
+    ConnectionGate,
+    Head,
+    Headers,
+    HttpError,
+    SocketReader,
+    json_values_within,
+    refuse,
+)
 from pybox._frontends.mcp._protocol import (
     ALL_VERSIONS,
     HTTP_STATUS_FOR_ERROR,
@@ -46,205 +69,263 @@ from pybox._frontends.mcp._protocol import (
 )
 
 ENDPOINT = "/mcp"
-TOKEN_ENV = "PYBOX_MCP_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 SESSION_HEADER = "Mcp-Session-Id"
-MAX_SESSIONS = 64
+# resources/read answers (up to the read cap each) built and sent at once.
+READS_AT_ONCE = 2
+READ_WAIT_S = 30.0
+# Each piece of a response must be taken by the client within this time.
+WRITE_PIECE_BYTES = 64 * KIB
+WRITE_TIMEOUT_S = 30.0
 POLL_S = 0.25
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
+# Re-exported: the command line and the tests take the settings from here.
+__all__ = [
+    "HttpServer",
+    "HttpSettings",
+    "add_http_arguments",
+    "exposure_warning",
+    "http_limits",
+    "http_settings",
+    "parse_address",
+]
+_HOST_VALUE = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 
 
-@dataclass(frozen=True)
-class HttpSettings:
-    host: str
-    port: int
-    token: str
-    allowed_origins: tuple[str, ...] = ()
+_UNPARSED = object()  # the body was answered already (refused or not JSON)
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """`HOST:PORT`, `[V6]:PORT` or `PORT` (loopback)."""
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = "127.0.0.1", text
-    host = host.strip("[]") or "127.0.0.1"
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"--http {text!r}: the port must be a number (HOST:PORT).") from None
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--http {text!r}: the port must be between 0 and 65535.")
-    return host, port
-
-
-def http_settings(
-    address: str, environ: dict[str, str] | Any, allowed_origins: tuple[str, ...]
-) -> tuple[HttpSettings, bool]:
-    """The settings, and whether the token was generated (so it must be shown)."""
-    host, port = parse_address(address)
-    token = environ.get(TOKEN_ENV) or ""
-    if not is_loopback(host) and not token:
-        raise ConfigError(
-            f"Refusing to serve on {host}, which is not a loopback address, without a token "
-            f"chosen by the operator: set {TOKEN_ENV} to a long random secret, or bind "
-            "127.0.0.1."
-        )
-    if token and len(token) < 16:
-        raise ConfigError(f"{TOKEN_ENV} is too short ({len(token)} characters); use 16 or more.")
-    generated = not token
-    return HttpSettings(host, port, token or secrets.token_urlsafe(32), allowed_origins), generated
-
-
-class _Server(ThreadingHTTPServer):
+class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128
 
     def __init__(self, settings: HttpSettings, dispatcher: Dispatcher) -> None:
         self.address_family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
         super().__init__((settings.host, settings.port), _Handler)
+        # One body cap for both transports: the server's largest JSON-RPC message.
+        self.limits = replace(settings.limits, max_body_bytes=dispatcher.max_frame_bytes)
         self.settings = settings
         self.dispatcher = dispatcher
-        self.sessions: OrderedDict[str, Connection] = OrderedDict()
-        self.sessions_lock = threading.Lock()
+        self.gate = ConnectionGate(self.limits.max_connections)
+        self.bodies = ByteBudget(self.limits.body_budget_bytes)
+        self.reads = threading.BoundedSemaphore(READS_AT_ONCE)
+        self.read_wait_s = READ_WAIT_S
+        self.sessions = Sessions()
 
-    def new_session(self) -> tuple[str, Connection]:
-        session_id = secrets.token_hex(16)
-        conn = Connection()
-        with self.sessions_lock:
-            self.sessions[session_id] = conn
-            while len(self.sessions) > MAX_SESSIONS:
-                _, old = self.sessions.popitem(last=False)
-                old.cancel_all()
-        return session_id, conn
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Runs in the accepting thread: never blocks, never waits for the client.
+        if not self.gate.admit(request):
+            refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.gate.leave(request)
+            raise
 
-    def session(self, session_id: str) -> Connection | None:
-        with self.sessions_lock:
-            return self.sessions.get(session_id)
-
-    def end_session(self, session_id: str) -> bool:
-        with self.sessions_lock:
-            conn = self.sessions.pop(session_id, None)
-        if conn is None:
-            return False
-        conn.cancel_all()
-        return True
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # One line, never a traceback, whatever a client sent (PYBOX_DEBUG shows it).
+        log(f"http {client_address[0]}: a connection ended on an internal error")
+        if os.environ.get("PYBOX_DEBUG"):
+            super().handle_error(request, client_address)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(socketserver.BaseRequestHandler):
     server: _Server
-    protocol_version = "HTTP/1.1"
-    server_version = "pybox-mcp"
+    request: socket.socket
+    head: Head
+    headers: Headers
+    close_connection: bool
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log(f"http {self.address_string()} {format % args}")
+    def handle(self) -> None:
+        server = self.server
+        self.reader = SocketReader(self.request, server.limits)
+        try:
+            while True:
+                try:
+                    self.head = self.reader.read_head()
+                except HttpError as refused:
+                    self.close_connection = True
+                    self._plain(refused.status, refused.text)
+                    return
+                if not server.gate.serving(self.request):
+                    return  # pushed out while its head arrived
+                self.headers = self.head.headers
+                connection = (self.headers.get("Connection") or "").lower()
+                self.close_connection = self.head.version == "HTTP/1.0" or "close" in connection
+                try:
+                    self._route()
+                except HttpError as refused:
+                    self.close_connection = True
+                    self._plain(refused.status, refused.text)
+                if self.close_connection:
+                    return
+                server.gate.waiting(self.request)
+        except (Closed, OSError):
+            return  # the client left or was too slow: nothing more to say
+        finally:
+            server.gate.leave(self.request)
 
-    # -- checks every request passes ----------------------------------------------------
+    # -- checks every request passes, before any body is read ---------------------------
 
-    def _allowed(self) -> bool:
-        settings = self.server.settings
-        if urlsplit(self.path).path != ENDPOINT:
-            self._plain(HTTPStatus.NOT_FOUND, f"Not found: the MCP endpoint is {ENDPOINT}.")
-            return False
-        origin = self.headers.get("Origin")
-        if origin is not None and not self._origin_ok(origin):
-            self._plain(HTTPStatus.FORBIDDEN, f"Origin {origin!r} is not allowed.")
-            return False
-        if is_loopback(settings.host):
-            host = urlsplit(f"//{self.headers.get('Host', '')}").hostname or ""
-            if host not in LOOPBACK_NAMES:
-                self._plain(HTTPStatus.FORBIDDEN, f"Host {host!r} is not a loopback name.")
-                return False
-        given = self.headers.get("Authorization", "")
-        expected = f"Bearer {settings.token}"
-        if not hmac.compare_digest(given.encode(), expected.encode()):
+    def _route(self) -> None:
+        try:
+            path = urlsplit(self.head.target).path
+        except ValueError:
+            raise HttpError(400, "Malformed request target.") from None
+        if path != ENDPOINT:
+            raise HttpError(404, f"Not found: the MCP endpoint is {ENDPOINT}.")
+        self._check_host_and_origin()
+        given = self.headers.get("Authorization") or ""
+        expected = f"Bearer {self.server.settings.token}"
+        # Header bytes were read as latin-1; the operator's token is text (UTF-8 on the wire).
+        if not hmac.compare_digest(given.encode("latin-1"), expected.encode()):
+            self.close_connection = True  # any body stays unread
             self._plain(
                 HTTPStatus.UNAUTHORIZED,
                 "A bearer token is required (Authorization: Bearer <token>); the server "
                 f"printed it at start, or the operator set it in {TOKEN_ENV}.",
                 {"WWW-Authenticate": 'Bearer realm="pybox"'},
             )
-            return False
-        return True
+            return
+        method = self.head.method
+        if method == "POST":
+            self._post()
+        elif method == "DELETE":
+            session_id = self.headers.get(SESSION_HEADER)
+            if session_id and self.server.sessions.end(session_id):
+                self._empty(HTTPStatus.NO_CONTENT)
+            else:
+                self._plain(HTTPStatus.NOT_FOUND, "No such session.")
+        else:
+            # GET included: this server sends nothing unasked.
+            self.close_connection = True
+            self._empty(HTTPStatus.METHOD_NOT_ALLOWED, {"Allow": "POST, DELETE"})
+
+    def _check_host_and_origin(self) -> None:
+        settings = self.server.settings
+        host_value = self.headers.get("Host")
+        if host_value is None or not _HOST_VALUE.fullmatch(host_value):
+            raise HttpError(400, "The Host header is missing or malformed.")
+        if is_loopback(settings.host):
+            host = urlsplit(f"//{host_value}").hostname or ""
+            if host not in LOOPBACK_NAMES:
+                raise HttpError(403, f"Host {host!r} is not a loopback name.")
+        origin = self.headers.get("Origin")
+        if origin is not None and not self._origin_ok(origin):
+            raise HttpError(403, f"Origin {origin[:200]!r} is not allowed.")
 
     def _origin_ok(self, origin: str) -> bool:
-        settings = self.server.settings
-        if origin in settings.allowed_origins:
+        if origin in self.server.settings.allowed_origins:
             return True
-        parts = urlsplit(origin)
+        try:
+            parts = urlsplit(origin)
+            port = parts.port
+        except ValueError:
+            return False  # a malformed Origin is simply not an allowed one
         return (
             parts.scheme == "http"
             and (parts.hostname or "") in LOOPBACK_NAMES
-            and parts.port == self.server.server_address[1]
+            and port == self.server.server_address[1]
         )
 
     # -- responses ------------------------------------------------------------------------
 
-    def _plain(self, status: HTTPStatus, text: str, headers: dict[str, str] | None = None) -> None:
-        # A refusal leaves any request body unread: the connection cannot be reused.
-        self.close_connection = True
+    def _send(self, status: int, headers: dict[str, str], body: bytes | None) -> None:
+        lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Server: pybox-mcp"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}")
+        if self.close_connection:
+            lines.append("Connection: close")
+        self._write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
+
+    def _write(self, data: bytes) -> None:
+        # A timeout per piece: a client that stops reading cannot hold the thread.
+        self.request.settimeout(WRITE_TIMEOUT_S)
+        view = memoryview(data)
+        for start in range(0, len(view), WRITE_PIECE_BYTES):
+            self.request.sendall(view[start : start + WRITE_PIECE_BYTES])
+
+    def _plain(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
         body = (text + "\n").encode()
-        self.send_response(status)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._send(status, {**(headers or {}), "Content-Type": "text/plain; charset=utf-8"}, body)
 
     def _json(
         self, status: int, message: JSONObject, headers: dict[str, str] | None = None
     ) -> None:
-        body = encode(message)
-        self.send_response(status)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._send(status, {**(headers or {}), "Content-Type": "application/json"}, encode(message))
 
-    def _empty(self, status: HTTPStatus, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+    def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
+        self._send(status, headers or {}, b"")
 
-    # -- methods --------------------------------------------------------------------------
+    # -- POST: the body, within its caps --------------------------------------------------
 
-    def do_GET(self) -> None:
-        if self._allowed():
-            # No server-initiated stream: this server only answers requests.
-            self._empty(HTTPStatus.METHOD_NOT_ALLOWED, {"Allow": "POST, DELETE"})
-
-    def do_DELETE(self) -> None:
-        if not self._allowed():
-            return
-        session_id = self.headers.get(SESSION_HEADER)
-        if session_id and self.server.end_session(session_id):
-            self._empty(HTTPStatus.NO_CONTENT)
-        else:
-            self._plain(HTTPStatus.NOT_FOUND, "No such session.")
-
-    def do_POST(self) -> None:
-        if not self._allowed():
-            return
+    def _post(self) -> None:
         dispatcher = self.server.dispatcher
+        limits = self.server.limits
+        transfer = self.headers.get("Transfer-Encoding")
+        length_text = self.headers.get("Content-Length")
+        taken = 0
         try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            self._plain(HTTPStatus.LENGTH_REQUIRED, "Content-Length is required.")
-            return
-        if length > dispatcher.max_frame_bytes or length < 0:
+            if transfer is not None:
+                if length_text is not None:
+                    raise HttpError(400, "Send Content-Length or Transfer-Encoding, not both.")
+                if transfer.strip().lower() != "chunked":
+                    raise HttpError(501, f"Transfer-Encoding {transfer[:100]!r} is not supported.")
+                self._continue()
+                body, taken = self.reader.read_chunked(self.server.bodies)
+            else:
+                if length_text is None:
+                    raise HttpError(411, "Content-Length (or chunked encoding) is required.")
+                if not length_text.isascii() or not length_text.isdigit():
+                    raise HttpError(400, "Content-Length must be a number of bytes.")
+                length = int(length_text)
+                if length > limits.max_body_bytes:
+                    self.close_connection = True
+                    self._json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, dispatcher.oversized(length))
+                    return
+                if not self.server.bodies.take(length, limits.read_timeout_s):
+                    raise HttpError(503, "The server holds too many request bodies; retry.")
+                taken = length
+                self._continue()
+                body = self.reader.read_length(length)
+            message = self._decode(body)
+            del body
+        except HttpError as refused:
+            if refused.status != HTTPStatus.REQUEST_ENTITY_TOO_LARGE:
+                raise
             self.close_connection = True
-            self._json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, dispatcher.oversized(length))
+            self._json(refused.status, dispatcher.oversized(limits.max_body_bytes + 1))
             return
-        body = self.rfile.read(length)
+        finally:
+            self.server.bodies.give_back(taken)
+        if message is not _UNPARSED:
+            self._dispatch(message)
+
+    def _continue(self) -> None:
+        """A client that waits before sending its body (curl does) may send it now."""
+        expect = (self.headers.get("Expect") or "").lower()
+        if expect == "100-continue" and self.head.version == "HTTP/1.1":
+            self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _decode(self, body: bytearray) -> Any:
+        cap = self.server.limits.max_json_values
+        if not json_values_within(body, cap):
+            text = (
+                f"The message has more than {cap} JSON values (brackets and commas); this "
+                "server parses at most that many. Send fewer, larger values (files as one string)."
+            )
+            self._json(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                error_response(None, RpcError(INVALID_REQUEST, text)),
+            )
+            return _UNPARSED
         try:
-            message = decode(body)
+            return decode(cast(bytes, body))
         except (ValueError, RecursionError):
             self._json(400, error_response(None, RpcError(PARSE_ERROR, "Parse error.")))
-            return
-        self._dispatch(message)
+            return _UNPARSED
 
     def _dispatch(self, message: Any) -> None:
         server = self.server
@@ -267,15 +348,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.BAD_REQUEST, error_response(reply_id, unsupported))
             return
         extra: dict[str, str] = {}
+        session: Session | None = None
         if stateless or method in ("initialize", "server/discover") or not is_dict:
             conn = Connection()
             if method == "initialize" and is_request:
-                session_id, conn = server.new_session()
+                created = server.sessions.new()
+                if created is None:
+                    text = (
+                        f"{server.sessions.cap} sessions are open and in use; this server opens no "
+                        "more until one ends (DELETE) or stays unused for "
+                        f"{server.sessions.idle_s:.0f} s. Retry later, or use the 2026-07-28 "
+                        "protocol, which needs no session."
+                    )
+                    busy = error_response(message["id"], RpcError(INVALID_REQUEST, text))
+                    self._json(HTTPStatus.SERVICE_UNAVAILABLE, busy, {"Retry-After": "60"})
+                    return
+                session_id, conn = created
                 extra[SESSION_HEADER] = session_id
         else:
             session_id = self.headers.get(SESSION_HEADER) or ""
-            found = server.session(session_id) if session_id else None
-            if found is None:
+            session = server.sessions.use(session_id) if session_id else None
+            if session is None:
                 status = HTTPStatus.NOT_FOUND if session_id else HTTPStatus.BAD_REQUEST
                 text = (
                     "Unknown or ended session: send initialize again."
@@ -286,7 +379,22 @@ class _Handler(BaseHTTPRequestHandler):
                 reply_id = message.get("id") if is_request else None
                 self._json(status, error_response(reply_id, RpcError(INVALID_REQUEST, text)))
                 return
-            conn = found
+            conn = session.conn
+        try:
+            self._serve(conn, message, is_request, stateless, extra)
+        finally:
+            if session is not None:
+                server.sessions.release(session)
+
+    def _serve(
+        self,
+        conn: Connection,
+        message: Any,
+        is_request: bool,
+        stateless: bool,
+        extra: dict[str, str],
+    ) -> None:
+        server = self.server
         if not is_request:
             replies: queue.Queue[JSONObject | None] = queue.Queue()
             server.dispatcher.handle_message(conn, message, replies.put)
@@ -296,8 +404,20 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = replies.get()
                 self._json(HTTPStatus.BAD_REQUEST, answer or {})
             return
-        headers = {k.lower(): v for k, v in self.headers.items()} if stateless else None
-        self._answer(conn, message, headers, stateless, extra)
+        headers = self.headers.lower() if stateless else None
+        if message.get("method") != "resources/read":
+            self._answer(conn, message, headers, stateless, extra)
+            return
+        # A read's answer is built and sent under the cap on reads at once.
+        if not server.reads.acquire(timeout=server.read_wait_s):
+            text = f"{READS_AT_ONCE} resource reads are being served; retry in a moment."
+            busy = error_response(message["id"], RpcError(INVALID_REQUEST, text))
+            self._json(HTTPStatus.SERVICE_UNAVAILABLE, busy, {"Retry-After": "5", **extra})
+            return
+        try:
+            self._answer(conn, message, headers, stateless, extra)
+        finally:
+            server.reads.release()
 
     def _answer(
         self,
@@ -313,13 +433,9 @@ class _Handler(BaseHTTPRequestHandler):
         accepts_sse = "text/event-stream" in self.headers.get("Accept", "")
         streaming = accepts_sse and message.get("method") == "tools/call"
         if streaming:
-            self.send_response(HTTPStatus.OK)
-            for name, value in extra.items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.end_headers()
             self.close_connection = True  # the stream ends with the response
+            stream_headers = {**extra, "Content-Type": "text/event-stream"}
+            self._send(HTTPStatus.OK, {**stream_headers, "Cache-Control": "no-cache"}, None)
         while True:
             try:
                 item = replies.get(timeout=POLL_S)
@@ -344,15 +460,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _event(self, message: JSONObject) -> bool:
         try:
-            self.wfile.write(b"event: message\ndata: " + encode(message) + b"\n\n")
-            self.wfile.flush()
+            self._write(b"event: message\ndata: " + encode(message) + b"\n\n")
         except OSError:
             return False
         return True
 
     def _client_gone(self) -> bool:
         """True when the client closed its side of the connection."""
-        sock = self.connection
+        sock = self.request
         try:
             readable, _, _ = select.select([sock], [], [], 0)
             return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
@@ -373,6 +488,9 @@ class HttpServer:
         return f"http://{shown}:{port}{ENDPOINT}"
 
     def serve(self) -> int:
+        warning = exposure_warning(self._server.settings.host)
+        if warning is not None:
+            log(warning)
         log(f"serving MCP over Streamable HTTP at {self.url}")
         try:
             self._server.serve_forever(poll_interval=0.5)
@@ -387,10 +505,6 @@ class HttpServer:
         self._server.shutdown()
 
     def close(self) -> None:
-        with self._server.sessions_lock:
-            sessions = list(self._server.sessions.values())
-            self._server.sessions.clear()
-        for conn in sessions:
-            conn.cancel_all()
+        self._server.sessions.end_all()
         self.dispatcher.toolbox.registry.close()
         self._server.server_close()

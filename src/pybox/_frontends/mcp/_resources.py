@@ -7,12 +7,18 @@
 - `pybox://runs/{run_id}/stdout` and `/stderr`: its output as kept by the box
   limit (tool results carry only the head and tail);
 - `pybox://runs/{run_id}/files/{path}`: a file the program returned.
+
+A read sends at most the registry's `read_max_bytes` (above it the read is
+refused and says how else to get the data): a whole file is held in memory,
+base64-encoded and JSON-encoded to be sent. The HTTP transport also caps how
+many reads are served at once.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +32,7 @@ from pybox._core.posture import (
     TMP_DIR,
     WORK_DIR,
 )
-from pybox._frontends.mcp._protocol import JSONObject
+from pybox._frontends.mcp._protocol import INVALID_PARAMS, JSONObject, RpcError
 from pybox._frontends.mcp._runs import Run
 from pybox._frontends.mcp._tools import (
     MAX_GET_WAIT_S,
@@ -99,6 +105,11 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
             "runs_kept": f"this server keeps the most recent finished runs (at least "
             f"{toolbox.registry.keep_finished}) with their output, receipt and returned files, "
             "in memory and a private temporary directory, until it exits",
+            "kept_files_bytes_max": toolbox.registry.keep_files_bytes,
+            "kept_files_rule": "returned files of all kept runs stay under kept_files_bytes_max; "
+            "the oldest runs' files are deleted first (their receipts stay). Read files soon "
+            "after the run.",
+            "read_max_bytes": toolbox.registry.read_max_bytes,
         },
         "tool_results": {
             "output_per_stream_bytes": toolbox.options.reply_bytes,
@@ -190,19 +201,47 @@ def read(toolbox: Toolbox, uri: str) -> tuple[list[JSONObject], bool]:
         return [_text(uri, "application/json", json.dumps(data, indent=2))], final
     if run.running or run.outcome is None:
         raise ResourceNotFound(f"Run {run_id} has no {part!r} yet: it has not finished.")
+    limit = toolbox.registry.read_max_bytes
     if part in ("stdout", "stderr"):
         data_bytes: bytes = getattr(run.outcome, part)
+        if len(data_bytes) > limit:
+            raise _too_big(uri, len(data_bytes), limit)
         return [_text(uri, "text/plain", data_bytes.decode("utf-8", "replace"))], final
     if part.startswith("files/") and run.files_dir is not None:
         path = part[len("files/") :]
         known = {f.path for f in run.outcome.output_files}
         if path in known:
-            return [_file_contents(uri, run.files_dir / path)], final
+            if run.files_evicted:
+                raise ResourceNotFound(
+                    f"Run {run_id}'s returned files were deleted: this server keeps at most "
+                    f"{toolbox.registry.keep_files_bytes} bytes of returned files over all runs "
+                    "and deletes the oldest runs' files first. Run the program again with "
+                    "return_files and read the files soon after; the run's receipt (with each "
+                    "file's size and sha256) is still at " + run_uri(run_id) + "."
+                )
+            return [_file_contents(uri, run.files_dir / path, limit)], final
     raise ResourceNotFound(f"Run {run_id} has no resource {part!r}.")
 
 
-def _file_contents(uri: str, path: Path) -> JSONObject:
-    data = path.read_bytes()
+def _too_big(uri: str, size: int, limit: int) -> RpcError:
+    return RpcError(
+        INVALID_PARAMS,
+        f"{uri} is {size} bytes; this server sends at most {limit} bytes in one resources/read. "
+        "Have the program write what you need in parts under that size (several files, or a "
+        "summary, a sample or a compressed copy), or print it; or have the operator raise "
+        "--max-read-mib.",
+        {"uri": uri, "size_bytes": size, "read_max_bytes": limit},
+    )
+
+
+def _file_contents(uri: str, path: Path, limit: int) -> JSONObject:
+    with path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            raise _too_big(uri, size, limit)
+        data = handle.read(limit + 1)  # never more than the cap, even if it grew
+    if len(data) > limit:
+        raise _too_big(uri, len(data), limit)
     try:
         return _text(uri, "text/plain", data.decode("utf-8"))
     except UnicodeDecodeError:

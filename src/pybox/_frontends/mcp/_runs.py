@@ -4,10 +4,16 @@ A tool call cannot stay open for an hour, so a run lives here and the agent
 polls it (`get_result`) or stops it (`stop_run`). The server keeps the most recent
 finished runs (and their returned files, in a private temporary directory)
 for the resources `pybox://runs/{run_id}`; nothing outlives the server.
+
+Kept files have a byte budget (`--keep-files-mib`): when a finished run takes
+the total above it, the oldest runs' files are deleted from disk first, and a
+read of one of them says so. A read sends at most `--max-read-mib` of a file.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import secrets
 import shutil
 import tempfile
@@ -18,13 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pybox._core.errors import LimitExceeded, PyboxError
-from pybox._core.limits import Limits
+from pybox._core.errors import ConfigError, LimitExceeded, PyboxError
+from pybox._core.limits import MIB, Limits
 from pybox._core.request import RunRequest
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
 from pybox._orchestration.session import Session
 
 KEEP_FINISHED_RUNS = 50
+DEFAULT_KEEP_FILES_BYTES = 1024 * MIB
+DEFAULT_READ_MAX_BYTES = 16 * MIB
 STOP_WAIT_S = 30.0
 
 
@@ -43,6 +51,8 @@ class Run:
     outcome: RunOutcome | None = None
     error: PyboxError | None = None
     stop_requested: bool = False
+    files_bytes: int = 0  # on disk, once finished
+    files_evicted: bool = False  # deleted to keep the server's files within budget
 
     @property
     def running(self) -> bool:
@@ -58,9 +68,18 @@ class Run:
 class RunRegistry:
     """Starts runs through the session and keeps them for later reads."""
 
-    def __init__(self, session: Session, keep_finished: int = KEEP_FINISHED_RUNS) -> None:
+    def __init__(
+        self,
+        session: Session,
+        keep_finished: int = KEEP_FINISHED_RUNS,
+        *,
+        keep_files_bytes: int = DEFAULT_KEEP_FILES_BYTES,
+        read_max_bytes: int = DEFAULT_READ_MAX_BYTES,
+    ) -> None:
         self._session = session
         self.keep_finished = keep_finished
+        self.keep_files_bytes = keep_files_bytes
+        self.read_max_bytes = read_max_bytes
         self._runs: OrderedDict[str, Run] = OrderedDict()
         self._lock = threading.Lock()
         self._files_root: Path | None = None
@@ -116,8 +135,13 @@ class RunRegistry:
         except Exception as exc:  # a bug must still end the run visibly, never hang a poller
             run.error = PyboxError(f"internal error: {type(exc).__name__}: {exc}")
         finally:
+            if run.files_dir is not None:
+                if run.outcome is None:  # nothing can name them: never readable
+                    shutil.rmtree(run.files_dir, ignore_errors=True)
+                run.files_bytes = _disk_bytes(run.files_dir)
+            # Within budget before anyone hears the run ended (and counts its files).
+            self._evict_finished(run)
             run.done.set()
-            self._evict_finished()
             if on_done is not None:
                 on_done(run)
 
@@ -140,13 +164,32 @@ class RunRegistry:
             run.cancel.set()
         return run.wait(wait_s)
 
-    def _evict_finished(self) -> None:
+    def _evict_finished(self, ending: Run) -> None:
+        """Forget the oldest finished runs past the count, then delete the oldest
+        runs' files until the kept files fit the byte budget."""
+        doomed: list[Path] = []
         with self._lock:
-            finished = [r for r in self._runs.values() if not r.running]
+            finished = [r for r in self._runs.values() if not r.running or r is ending]
             for run in finished[: max(len(finished) - self.keep_finished, 0)]:
                 del self._runs[run.run_id]
+                finished.remove(run)
                 if run.files_dir is not None:
-                    shutil.rmtree(run.files_dir, ignore_errors=True)
+                    doomed.append(run.files_dir)
+            kept = sum(run.files_bytes for run in finished)
+            for run in finished:  # oldest first
+                if kept <= self.keep_files_bytes:
+                    break
+                if run.files_dir is not None and not run.files_evicted:
+                    run.files_evicted = True
+                    kept -= run.files_bytes
+                    run.files_bytes = 0
+                    doomed.append(run.files_dir)
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def kept_files_bytes(self) -> int:
+        with self._lock:
+            return sum(run.files_bytes for run in self._runs.values() if not run.running)
 
     def close(self, wait_s: float = STOP_WAIT_S) -> None:
         """Stop every run still going (their boxes are removed), then drop the files."""
@@ -161,3 +204,44 @@ class RunRegistry:
             run.wait(max(deadline - time.monotonic(), 0.0))
         if self._files_root is not None:
             shutil.rmtree(self._files_root, ignore_errors=True)
+
+
+def _disk_bytes(path: Path) -> int:
+    total = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--keep-files-mib",
+        type=int,
+        default=DEFAULT_KEEP_FILES_BYTES // MIB,
+        metavar="MIB",
+        help="returned files the server keeps for reading, in MiB over all runs; the oldest "
+        "runs' files are deleted first (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-read-mib",
+        type=int,
+        default=DEFAULT_READ_MAX_BYTES // MIB,
+        metavar="MIB",
+        help="largest file or output sent by one resources/read, in MiB (default: %(default)s)",
+    )
+
+
+def registry_from_args(session: Session, args: argparse.Namespace) -> RunRegistry:
+    if args.keep_files_mib < 0:
+        raise ConfigError(f"--keep-files-mib must be 0 or more, not {args.keep_files_mib}.")
+    if args.max_read_mib < 1:
+        raise ConfigError(f"--max-read-mib must be at least 1, not {args.max_read_mib}.")
+    return RunRegistry(
+        session,
+        keep_files_bytes=args.keep_files_mib * MIB,
+        read_max_bytes=args.max_read_mib * MIB,
+    )
