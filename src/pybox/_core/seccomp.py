@@ -226,6 +226,6 @@ def apparmor_requirement(
         )
     return (
         None,
-        "no AppArmor: the engine lists no name=apparmor in its SecurityOptions and "
-        f"{host_checked}; no AppArmor profile is applied (and 'unconfined' is refused)",
+        f"no AppArmor on the engine's host: the engine lists no name=apparmor and "
+        f"{host_checked}; no profile is applied, and 'unconfined' is still refused",
     )

@@ -591,8 +591,12 @@ def judge_seccomp(outcome: RunOutcome, verdict: Verdict, profile_sha256: str) ->
         verdict.saw(
             "engine",
             f"HostConfig.SecurityOpt held pybox's seccomp profile {profile_sha256[:19]} "
-            "(read back before start); AppArmorProfile as required: "
-            + (confinement.apparmor_profile or f"none ({confinement.apparmor})"),
+            "(read back before start); "
+            + (
+                f"AppArmorProfile {confinement.apparmor_profile}"
+                if confinement.apparmor_profile
+                else confinement.apparmor
+            ),
         )
     report = program_report(outcome.stdout, outcome.stderr, verdict)
     if not report:
