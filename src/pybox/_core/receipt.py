@@ -322,7 +322,7 @@ def summarize(receipt: Receipt) -> list[str]:
         else "no AppArmor on the engine's host"
     )
     lines.append(
-        f"  confine: seccomp profile {confinement.seccomp_profile} "
+        f"  filter: seccomp profile {confinement.seccomp_profile} "
         f"{confinement.seccomp_profile_sha256[:19]}; {apparmor}"
     )
     if kernel.samples:

@@ -2,13 +2,15 @@
 
 The build box is a container pybox makes from the recorded stdlib image. It
 runs as root in the container (every capability dropped, no-new-privileges,
-memory, CPU and process caps) with a writable root, because the packages are
-installed into it. Its network is detached before it starts and attached only
-for the install step, which the engine's own view confirms at every step.
+pybox's seccomp profile, memory, CPU and process caps) with a writable root,
+because the packages are installed into it. Its posture is a table
+(`pybox._core.build_posture`) read back from the engine before it starts.
+Its network is detached before it starts and attached only for the install
+step, which the engine's own view confirms at every step.
 Nothing of this machine is mounted: the lock, pip's wheel and the CA bundle
 arrive as an archive put into the box, and are deleted before the commit.
 
-Steps: create -> detach network -> put build inputs -> start -> venv ->
+Steps: create -> read back -> detach network -> put build inputs -> start -> venv ->
 attach network, pip install --require-hashes --only-binary=:all:
 --no-cache-dir, detach network -> check (installed == locked, no network) ->
 clean -> stop -> commit (sane environment, pybox labels) -> record. The box is

@@ -77,7 +77,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     confinement = report.get("confinement")
     if confinement:
         digest = confinement["seccomp_profile_sha256"] or "unreadable"
-        say(f"confine: seccomp profile {confinement['seccomp_profile']} {digest[:19]}", out)
+        say(f"filter: seccomp profile {confinement['seccomp_profile']} {digest[:19]}", out)
         say(f"        {confinement['apparmor']}", out)
     for image in report.get("images", []):
         say(
