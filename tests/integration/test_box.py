@@ -359,3 +359,86 @@ def test_unknown_image_id_is_refused(engine: Engine, tmp_path: Path, bad_id: str
     with pytest.raises(ImageError, match="missing from the engine"):
         Session(engine, state, Policy()).run(RunRequest(code=b"print(1)"))
     assert state.attempts() == {}
+
+
+# -- pybox's seccomp profile and AppArmor, on the real engine ----------------------------
+
+
+def test_io_uring_and_the_denied_calls_fail_with_eperm_under_pybox_s_profile(
+    engine: Engine, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pybox._adapters.confinement import host_apparmor, seccomp_profile
+    from pybox._adapters.engine import DockerEngine
+    from pybox._adapters.state import StateStore
+    from pybox._core.limits import Policy
+    from pybox._core.seccomp import ENGINE_APPARMOR_PROFILE, profile_sha256
+    from pybox._orchestration.verify_judges import case_source
+
+    # An engine connection of this test's own, whose inspect answers are kept:
+    # the first one is the read-back of the run's box before start.
+    own = DockerEngine.connect(engine.endpoint)
+    seen: list[dict[str, Any]] = []
+    inspect = own.inspect_container
+
+    def keep(container_id: str) -> Any:
+        found = inspect(container_id)
+        if found is not None:
+            seen.append(found)
+        return found
+
+    monkeypatch.setattr(own, "inspect_container", keep)
+    session = Session(own, StateStore(state_dir), Policy())
+    outcome = session.run(RunRequest(code=case_source("seccomp"), code_name="seccomp.py"))
+    facts = report(outcome)
+    attempts = facts["attempts"]
+    assert facts["arch"] in ("x86_64", "aarch64"), facts["arch"]
+    assert attempts["io_uring_setup"] == "EPERM"
+    assert len(attempts) >= 30
+    assert set(attempts.values()) == {"EPERM"}, attempts
+    assert facts["seccomp"] == "2"
+    # The engine held pybox's own profile, exactly, in the container it made.
+    profile = seccomp_profile()
+    read_back = seen[0]
+    assert read_back["State"]["Status"] == "created"
+    assert read_back["HostConfig"]["SecurityOpt"] == ["no-new-privileges", "seccomp=" + profile]
+    apparmor = read_back.get("AppArmorProfile") or ""
+    assert apparmor != "unconfined"
+    if host_apparmor()[0]:
+        assert apparmor == ENGINE_APPARMOR_PROFILE
+    confinement = outcome.receipt.configured.confinement
+    assert confinement.seccomp_profile_sha256 == profile_sha256(profile)
+    assert confinement.apparmor_profile == (apparmor or None)
+    assert outcome.receipt.observed_by_engine.removal_confirmed
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "pybox's seccomp profile left out (the engine's default)",
+        "seccomp unconfined",
+        "a seccomp profile that allows io_uring",
+        "AppArmor unconfined",
+    ],
+)
+def test_a_box_without_pybox_s_profile_is_refused_before_start(
+    engine: Engine, state_dir: Path, tmp_path: Path, how: str
+) -> None:
+    from pybox._adapters.state import StateStore
+    from pybox._core.limits import Policy
+    from pybox._orchestration.verify_posture import WEAKENINGS, WeakenedCreateEngine
+
+    (weakening,) = [w for w in WEAKENINGS if w.how == how]
+    hook = WeakenedCreateEngine(engine, str(tmp_path))
+    hook.reset(weakening)
+    outcome = Session(hook, StateStore(state_dir), Policy()).run(RunRequest(code=b"print('ran')\n"))
+    receipt = outcome.receipt
+    assert receipt.status is Status.SANDBOX_ERROR
+    fields = [m.field for m in receipt.observed_by_engine.posture_mismatches]
+    assert "HostConfig.SecurityOpt" in fields, receipt.cause.summary
+    assert "refused before start" in receipt.cause.summary
+    assert "defaultAction" not in receipt.cause.summary  # hashes, not the profile's text
+    assert not hook.started and not hook.attached
+    assert hook.state_before_removal == "created"
+    assert outcome.stdout == b""
+    assert receipt.observed_by_engine.removal_confirmed
+    assert boxes(engine, receipt.run_id) == []

@@ -127,9 +127,12 @@ def test_lock_build_has_network_only_for_the_install_and_runs_sealed(
     lock = tmp_path / "tiny.lock"
     shutil.copy(SMALL_LOCK, lock)
     plan = operations.plan_build("tiny-test", str(lock))
-    result = operations.build(plan, quiet)
+    messages: list[str] = []
+    result = operations.build(plan, messages.append)
     try:
         assert result.built
+        # The build box was read back against its own posture table before start.
+        assert any("posture read back before start" in m for m in messages), messages
         networks = {step.name.split(" (")[0]: step.networks for step in result.steps}
         install = [name for name in networks if name.startswith("install")]
         assert len(install) == 1
@@ -194,6 +197,26 @@ def test_a_tampered_lock_fails_the_build_naming_the_package(
     assert "while installing six==1.17.0" in message
     assert "sha256" in message and "tampered" in message
     assert StateStore(private_state).image("tampered") is None
+    assert build_boxes(engine) == []
+
+
+def test_a_build_box_without_pybox_s_profile_is_refused_before_start(
+    engine: Engine, private_state: Path, tmp_path: Path
+) -> None:
+    from pybox._orchestration.verify_posture import WEAKENINGS, WeakenedCreateEngine
+
+    (weakening,) = [w for w in WEAKENINGS if w.how == "seccomp unconfined"]
+    hook = WeakenedCreateEngine(engine, str(tmp_path))
+    hook.reset(weakening)
+    lock = tmp_path / "tiny.lock"
+    shutil.copy(SMALL_LOCK, lock)
+    operations = Session(hook, StateStore(private_state), Policy()).images()
+    with pytest.raises(ImageBuildError, match="refused before start") as failure:
+        operations.build(operations.plan_build("unconfined-test", str(lock)), quiet)
+    assert "HostConfig.SecurityOpt" in str(failure.value)
+    assert hook.created and not hook.started
+    assert hook.state_before_removal == "created"
+    assert StateStore(private_state).image("unconfined-test") is None
     assert build_boxes(engine) == []
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pybox._adapters.confinement import host_apparmor
 from pybox._adapters.engine import EngineEndpoint, JSONObject
 from pybox._core import wire
 from pybox._core.errors import EngineAPIError
@@ -239,6 +240,9 @@ class FakeEngine:
             TEST_IMAGE_ID: labelled_image(TEST_IMAGE_ID, "stdlib", TEST_RECIPE_HASH)
         }
         self.ncpu = 2
+        # Like a real engine on this machine: AppArmor where the kernel has it.
+        self.apparmor = host_apparmor()[0] is True
+        self.security_options = ["name=seccomp,profile=default"]
         self.late_exit = False
         self._next = 0
         self.exec_script: ExecScript = lambda argv: (0, b"")
@@ -278,7 +282,12 @@ class FakeEngine:
 
     def info(self) -> JSONObject:
         self._call("info")
-        return {"NCPU": self.ncpu, "CgroupVersion": "1", "CgroupDriver": "cgroupfs"}
+        return {
+            "NCPU": self.ncpu,
+            "CgroupVersion": "1",
+            "CgroupDriver": "cgroupfs",
+            "SecurityOptions": self.security_options + ["name=apparmor"] * self.apparmor,
+        }
 
     def create_container(self, name: str, body: JSONObject) -> str:
         self._call("create", name)
@@ -312,6 +321,7 @@ class FakeEngine:
             "HostConfig": host,
             "Mounts": [],
             "HostsPath": "",
+            "AppArmorProfile": "docker-default" if self.apparmor else "",
             "NetworkSettings": {
                 "Networks": {n: {} for n in self.networks.get(container.container_id, set())}
             },

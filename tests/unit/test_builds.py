@@ -6,15 +6,19 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pybox._adapters import piptool
+from pybox._adapters.confinement import seccomp_profile
 from pybox._adapters.piptool import PipSettings, parse_config_list, settings_from_values
 from pybox._adapters.state import StateStore
+from pybox._core.build_posture import build_requirements
 from pybox._core.errors import ConfigError, ImageBuildError, ImageError, InvalidRequest
 from pybox._core.pins import parse_pins
 from pybox._core.request import RunRequest
+from pybox._core.seccomp import Confinement
 from pybox._orchestration import builds
 from pybox._orchestration.builds import (
     BuildResult,
@@ -25,6 +29,7 @@ from pybox._orchestration.builds import (
 from pybox._orchestration.images import verify_for_run
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
+from tests.unit.test_posture import apply, weakenings
 
 HASH = "a" * 64
 REPO = Path(__file__).resolve().parents[2]
@@ -258,3 +263,76 @@ def test_pull_and_push_through_the_fake_registry(engine: FakeEngine, state: Stat
     assert state.image("stdlib") is None
     pulled = registry.pull(engine, state, pin, "127.0.0.1:5999", lambda m: None)
     assert pulled.image_id == record.image_id and pulled.digest == pin.digest
+
+
+# -- the build box's posture, read back before start ------------------------------------
+
+BUILD_SPEC = builds.build_box_spec(
+    "sha256:" + "12" * 32,
+    run_id="0123456789abcdef",
+    owner="testhost:1:1",
+    pybox_version="test",
+    cpus=2,
+    confinement=Confinement(seccomp_profile(), None, "no AppArmor (test)"),
+)
+BUILD_REQUIREMENTS = build_requirements(BUILD_SPEC)
+
+
+def test_the_build_box_body_is_its_table_and_carries_pybox_s_profile() -> None:
+    body = builds.build_box_body(BUILD_SPEC)
+    assert body["HostConfig"]["SecurityOpt"] == [
+        "no-new-privileges",
+        "seccomp=" + seccomp_profile(),
+    ]
+    assert body["HostConfig"]["CapDrop"] == ["ALL"]
+    assert body["HostConfig"]["NetworkMode"] == "bridge"
+    for requirement in BUILD_REQUIREMENTS:
+        if requirement.create_path is not None:
+            target: Any = body
+            for key in requirement.create_path:
+                target = target[key]
+            assert target == requirement.expected
+    names = [r.name for r in BUILD_REQUIREMENTS]
+    assert len(names) == len(set(names))
+
+
+def test_a_faithful_engine_passes_the_build_box() -> None:
+    engine = FakeEngine()
+    container_id = engine.create_container("b", builds.build_box_body(BUILD_SPEC))
+    report = builds.read_back_build_box(engine, BUILD_SPEC, container_id)
+    assert report.ok and len(report.checked) == len(BUILD_REQUIREMENTS)
+
+
+@pytest.mark.parametrize(
+    ("requirement", "how", "value"),
+    [
+        pytest.param(req, how, value, id=f"{req.name}-{how}")
+        for req in BUILD_REQUIREMENTS
+        for how, value in weakenings(req)
+    ],
+)
+def test_a_weakened_build_box_is_refused_before_start(
+    engine: FakeEngine, state: StateStore, lock: Path, requirement: Any, how: str, value: Any
+) -> None:
+    engine.exec_script = installed_ok
+    engine.tamper = lambda document: apply(document, requirement, how, value)
+    with pytest.raises(ImageBuildError, match="refused before start") as caught:
+        build(engine, state, lock)
+    assert requirement.name in str(caught.value)
+    operations = [name for name, _ in engine.calls]
+    assert "start" not in operations and "exec" not in operations
+    assert engine.containers == {}
+    assert state.image("tools") is None
+
+
+def test_a_build_box_without_pybox_s_profile_is_refused(
+    engine: FakeEngine, state: StateStore, lock: Path
+) -> None:
+    def unconfined(document: dict[str, Any]) -> None:
+        document["HostConfig"]["SecurityOpt"] = ["no-new-privileges", "seccomp=unconfined"]
+
+    engine.tamper = unconfined
+    with pytest.raises(ImageBuildError, match=r"HostConfig\.SecurityOpt"):
+        build(engine, state, lock)
+    assert "start" not in [name for name, _ in engine.calls]
+    assert engine.containers == {}

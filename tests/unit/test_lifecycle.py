@@ -49,8 +49,17 @@ def test_success_runs_the_lifecycle_in_order(
     assert receipt.observed_by_engine.removal_confirmed
     assert receipt.configured.image.id == IMAGE_ID
     operations = [name for name, _ in engine.calls]
-    # image checked, create, read back, attach, start ... then remove and confirm.
-    assert operations[:6] == ["inspect_image", "list", "create", "inspect", "attach", "start"]
+    # image checked, the engine's security options read (once per session),
+    # create, read back, attach, start ... then remove and confirm.
+    assert operations[:7] == [
+        "inspect_image",
+        "list",
+        "info",
+        "create",
+        "inspect",
+        "attach",
+        "start",
+    ]
     # The engine had recorded the end by the final inspect, so there is nothing to wait for.
     assert operations[-3:] == ["inspect", "remove", "inspect"]
     assert "wait" not in operations

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pybox._adapters.confinement import seccomp_profile
 from pybox._adapters.state import StateStore
 from pybox._core.limits import BUILTIN_DEFAULTS, Policy
 from pybox._core.posture import (
@@ -20,6 +21,7 @@ from pybox._core.posture import (
 )
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
+from pybox._core.seccomp import Confinement
 from pybox._orchestration.session import Session
 from tests.unit.fake_engine import FakeEngine
 
@@ -32,6 +34,7 @@ SPEC = BoxSpec(
     owner="host:1:1",
     expires_at=2_000_000_000,
     pybox_version="test",
+    confinement=Confinement(seccomp_profile(), None, "no AppArmor (test)"),
 )
 REQUIREMENTS = requirements(SPEC)
 
@@ -114,7 +117,10 @@ def test_create_body_is_built_from_the_requirements() -> None:
     assert body["HostConfig"]["NetworkMode"] == "none"
     assert body["HostConfig"]["ReadonlyRootfs"] is True
     assert body["HostConfig"]["CapDrop"] == ["ALL"]
-    assert body["HostConfig"]["SecurityOpt"] == ["no-new-privileges"]
+    assert body["HostConfig"]["SecurityOpt"] == [
+        "no-new-privileges",
+        "seccomp=" + seccomp_profile(),
+    ]
     assert body["HostConfig"]["MemorySwap"] == body["HostConfig"]["Memory"]
     assert body["HostConfig"]["Binds"] == []
     assert body["HostConfig"]["LogConfig"] == {"Type": "none", "Config": {}}

@@ -44,6 +44,7 @@ PINNED = {
         "limits",
         "network",
         "user",
+        "confinement",
         "writable_paths",
         "input_dir",
         "output_dir",
@@ -52,6 +53,12 @@ PINNED = {
         "collect_outputs",
     ],
     "configured.engine": ["endpoint", "api_version", "server_version"],
+    "configured.confinement": [
+        "seccomp_profile",
+        "seccomp_profile_sha256",
+        "apparmor_profile",
+        "apparmor",
+    ],
     "configured.image": ["name", "id", "recipe_hash", "digest"],
     "configured.limits": [
         "timeout_s",

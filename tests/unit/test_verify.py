@@ -41,6 +41,7 @@ from pybox._orchestration.verify_judges import (
     judge_network,
     judge_output_flood,
     judge_privilege,
+    judge_seccomp,
     judge_secrets,
     judge_timeout_evasion,
 )
@@ -110,6 +111,7 @@ def test_the_issue_lists_these_cases() -> None:
         "output_flood",
         "timeout_evasion",
         "privilege",
+        "seccomp",
         "secrets",
         "leftovers",
         "posture",
@@ -576,6 +578,55 @@ def test_privilege(
         assert failures == []
     else:
         assert any(failure in item for item in failures), failures
+
+
+SECCOMP_REPORT: dict[str, Any] = {
+    "arch": "x86_64",
+    "seccomp": "2",
+    "attempts": {"io_uring_setup": "EPERM", **{f"call {n}": "EPERM" for n in range(29)}},
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "failure"),
+    [
+        ({}, None),
+        ({"attempts": {**SECCOMP_REPORT["attempts"], "call 3": "ENOSYS"}}, None),
+        (
+            {"attempts": {**SECCOMP_REPORT["attempts"], "io_uring_setup": "succeeded"}},
+            "not stopped by the filter: {'io_uring_setup': 'succeeded'}",
+        ),
+        (
+            {"attempts": {**SECCOMP_REPORT["attempts"], "call 1": "EBADF"}},
+            "not stopped by the filter: {'call 1': 'EBADF'}",
+        ),
+        ({"attempts": {"io_uring_setup": "EPERM"}}, "only 1 calls made"),
+        (
+            {"attempts": {f"call {n}": "EPERM" for n in range(30)}},
+            "io_uring_setup was not tried",
+        ),
+        ({"seccomp": "0"}, "seccomp mode 0"),
+        ({"arch": "riscv64", "attempts": {}}, "this box runs riscv64"),
+    ],
+)
+def test_seccomp(
+    session: Session, engine: FakeEngine, change: dict[str, Any], failure: str | None
+) -> None:
+    outcome = outcome_of(session, engine, report_script({**SECCOMP_REPORT, **change}))
+    verdict = judged(judge_seccomp, outcome, session.confinement().seccomp_sha256)
+    if failure is None:
+        assert verdict.failures == []
+        assert any("pybox's seccomp profile" in f.text for f in verdict.facts)
+    else:
+        assert any(failure in item for item in verdict.failures), verdict.failures
+
+
+def test_seccomp_needs_the_engine_to_have_held_pybox_s_profile(
+    session: Session, engine: FakeEngine
+) -> None:
+    outcome = outcome_of(session, engine, report_script(SECCOMP_REPORT))
+    failures = judged(judge_seccomp, outcome, "sha256:" + "0" * 64).failures
+    assert any("is not pybox's" in item for item in failures), failures
 
 
 def _secrets(report: dict[str, Any], stderr: bytes = b"") -> list[str]:

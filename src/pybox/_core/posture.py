@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from pybox._core.limits import Limits
+from pybox._core.seccomp import Confinement, security_opt_view
 
 # The image's own unprivileged account (for tools that look a user up).
 BOX_UID = 1000
@@ -92,10 +93,16 @@ class Requirement:
     why: str
     check: Check = Check.EQUAL
     create_path: tuple[str, ...] | None = None
+    # How the value is compared and shown, when not as is (a seccomp profile
+    # is compared and shown by its hash, not as kilobytes of JSON).
+    view: Callable[[Any], Any] | None = None
 
     @property
     def name(self) -> str:
         return ".".join(self.inspect_path)
+
+    def shown(self, value: Any) -> Any:
+        return value if self.view is None else self.view(value)
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,16 @@ class Mismatch:
         return (
             f"{self.field}: expected {self.expected!r}, the engine has {self.actual!r} ({self.why})"
         )
+
+
+def mismatch(requirement: Requirement, actual: Any) -> Mismatch:
+    """A differing field, its values shown the way they were compared."""
+    return Mismatch(
+        requirement.name,
+        requirement.shown(requirement.expected),
+        requirement.shown(actual),
+        requirement.why,
+    )
 
 
 def box_environment(
@@ -144,6 +161,7 @@ class BoxSpec:
     owner: str
     expires_at: int
     pybox_version: str
+    confinement: Confinement
     code_name: str = "main.py"
     runtime: str = "runc"
     image_env: tuple[tuple[str, str], ...] = field(default=())
@@ -205,13 +223,27 @@ def _config(name: str, expected: Any, why: str, check: Check = Check.EQUAL) -> R
     return Requirement(("Config", name), expected, why, check, create_path=(name,))
 
 
-def _host(name: str, expected: Any, why: str, check: Check = Check.EQUAL) -> Requirement:
-    return Requirement(("HostConfig", name), expected, why, check, create_path=("HostConfig", name))
+def _host(
+    name: str,
+    expected: Any,
+    why: str,
+    check: Check = Check.EQUAL,
+    view: Callable[[Any], Any] | None = None,
+) -> Requirement:
+    return Requirement(
+        ("HostConfig", name), expected, why, check, create_path=("HostConfig", name), view=view
+    )
 
 
 def _host_absent(name: str, why: str) -> Requirement:
     """Explicitly set empty on create, and must read back empty."""
     return _host(name, [], why, Check.EMPTY)
+
+
+# The build box's table (build_posture.py) is written with the same helpers.
+config_field = _config
+host_field = _host
+host_absent = _host_absent
 
 
 def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
@@ -261,7 +293,7 @@ def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
         _host("Privileged", False, "not privileged", Check.EMPTY),
         _host("CapDrop", ["ALL"], "every capability dropped"),
         _host_absent("CapAdd", "no capability added"),
-        _host("SecurityOpt", ["no-new-privileges"], "no-new-privileges; default seccomp"),
+        *confinement_requirements(spec.confinement),
         _host_absent("Devices", "no devices"),
         _host_absent("DeviceRequests", "no devices"),
         _host_absent("DeviceCgroupRules", "no device rules"),
@@ -309,10 +341,46 @@ def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
     )
 
 
+def confinement_requirements(confinement: Confinement) -> tuple[Requirement, ...]:
+    """no-new-privileges, pybox's seccomp profile, and the AppArmor the host allows.
+
+    SecurityOpt must read back exactly: an added `seccomp=unconfined`,
+    `apparmor=unconfined` or `label=disable`, or a profile with another hash,
+    is a mismatch.
+    """
+    if confinement.apparmor_profile is None:
+        apparmor = Requirement(
+            ("AppArmorProfile",),
+            "",
+            "the engine's host has no AppArmor: none, and never 'unconfined'",
+            Check.EMPTY,
+        )
+    else:
+        apparmor = Requirement(
+            ("AppArmorProfile",),
+            confinement.apparmor_profile,
+            "the host has AppArmor: the engine's default profile, never 'unconfined'",
+        )
+    return (
+        _host(
+            "SecurityOpt",
+            confinement.security_opt(),
+            f"no-new-privileges; pybox's seccomp profile {confinement.seccomp_sha256}",
+            view=security_opt_view,
+        ),
+        apparmor,
+    )
+
+
 def create_body(spec: BoxSpec) -> dict[str, Any]:
     """The engine's create body, built from `requirements()` only."""
+    return body_from(requirements(spec))
+
+
+def body_from(table: tuple[Requirement, ...]) -> dict[str, Any]:
+    """A create body holding every requirement that has a create path."""
     body: dict[str, Any] = {}
-    for requirement in requirements(spec):
+    for requirement in table:
         if requirement.create_path is None:
             continue
         target = body
@@ -353,9 +421,11 @@ def _satisfied(requirement: Requirement, actual: Any) -> bool:
         return _is_empty(actual)
     if actual is _MISSING:
         return False
+    expected = requirement.shown(requirement.expected)
+    actual = requirement.shown(actual)
     if requirement.check is Check.INCLUDES:
-        return _includes(actual, requirement.expected)
-    return bool(actual == requirement.expected)
+        return _includes(actual, expected)
+    return bool(actual == expected)
 
 
 @dataclass(frozen=True)
@@ -372,18 +442,18 @@ class PostureReport:
 
 def verify(spec: BoxSpec, inspected: Mapping[str, Any]) -> PostureReport:
     """Compare the engine's view of a created box with the posture it must have."""
+    return check_requirements(requirements(spec), inspected)
+
+
+def check_requirements(
+    table: tuple[Requirement, ...], inspected: Mapping[str, Any]
+) -> PostureReport:
+    """Compare an engine's view of a container with a table of requirements."""
     checked: list[str] = []
     mismatches: list[Mismatch] = []
-    for requirement in requirements(spec):
+    for requirement in table:
         actual = _lookup(inspected, requirement.inspect_path)
         checked.append(requirement.name)
         if not _satisfied(requirement, actual):
-            mismatches.append(
-                Mismatch(
-                    requirement.name,
-                    requirement.expected,
-                    None if actual is _MISSING else actual,
-                    requirement.why,
-                )
-            )
+            mismatches.append(mismatch(requirement, None if actual is _MISSING else actual))
     return PostureReport(tuple(checked), tuple(mismatches))

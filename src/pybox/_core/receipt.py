@@ -77,6 +77,19 @@ class EngineFacts:
 
 
 @dataclass(frozen=True)
+class ConfinementFacts:
+    """The system-call and AppArmor confinement a box was required to have.
+
+    Both are read back from the engine before start (see the posture).
+    """
+
+    seccomp_profile: str  # `pybox`: the profile shipped in the package
+    seccomp_profile_sha256: str  # of its canonical JSON, as sent and read back
+    apparmor_profile: str | None  # None: the engine's host has no AppArmor
+    apparmor: str  # why that is the requirement, in words
+
+
+@dataclass(frozen=True)
 class Configured:
     pybox_version: str
     engine: EngineFacts
@@ -85,6 +98,7 @@ class Configured:
     limits: dict[str, float | int]
     network: str
     user: str
+    confinement: ConfinementFacts
     writable_paths: tuple[str, ...]
     input_dir: str
     output_dir: str
@@ -308,6 +322,16 @@ def summarize(receipt: Receipt) -> list[str]:
         )
     )
     lines.append(f"  limits: {limit_text}; no swap; network {receipt.configured.network}")
+    confinement = receipt.configured.confinement
+    apparmor = (
+        f"AppArmor {confinement.apparmor_profile}"
+        if confinement.apparmor_profile
+        else "no AppArmor on the engine's host"
+    )
+    lines.append(
+        f"  filter: seccomp profile {confinement.seccomp_profile} "
+        f"{confinement.seccomp_profile_sha256[:19]}; {apparmor}"
+    )
     if kernel.samples:
         cpu = "unknown" if kernel.cpu_usage_s is None else f"{kernel.cpu_usage_s:.2f} s"
         lines.append(

@@ -2,13 +2,15 @@
 
 The build box is a container pybox makes from the recorded stdlib image. It
 runs as root in the container (every capability dropped, no-new-privileges,
-memory, CPU and process caps) with a writable root, because the packages are
-installed into it. Its network is detached before it starts and attached only
-for the install step, which the engine's own view confirms at every step.
+pybox's seccomp profile, memory, CPU and process caps) with a writable root,
+because the packages are installed into it. Its posture is a table
+(`pybox._core.build_posture`) read back from the engine before it starts.
+Its network is detached before it starts and attached only for the install
+step, which the engine's own view confirms at every step.
 Nothing of this machine is mounted: the lock, pip's wheel and the CA bundle
 arrive as an archive put into the box, and are deleted before the commit.
 
-Steps: create -> detach network -> put build inputs -> start -> venv ->
+Steps: create -> read back -> detach network -> put build inputs -> start -> venv ->
 attach network, pip install --require-hashes --only-binary=:all:
 --no-cache-dir, detach network -> check (installed == locked, no network) ->
 clean -> stop -> commit (sane environment, pybox labels) -> record. The box is
@@ -30,10 +32,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pybox._adapters.confinement import confinement as engine_confinement
 from pybox._adapters.engine import Engine, JSONObject
 from pybox._adapters.piptool import PipSettings, download_pip_wheel, read_cert, redact
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
+from pybox._core.build_posture import BuildBoxSpec, build_requirements
 from pybox._core.errors import (
     ConfigError,
     EngineError,
@@ -61,7 +65,11 @@ from pybox._core.posture import (
     LABEL_RUN_ID,
     LABEL_VERSION,
     WORK_DIR,
+    PostureReport,
+    body_from,
+    check_requirements,
 )
+from pybox._core.seccomp import Confinement
 from pybox._orchestration.cleanup import remove_and_confirm
 
 LOCK_BUILDER_VERSION = 1
@@ -223,55 +231,56 @@ class BuildResult:
     interfaces_after_install: tuple[str, ...] = ()
 
 
-def build_box_body(
-    image_id: str, *, run_id: str, owner: str, pybox_version: str, cpus: int
-) -> JSONObject:
-    return {
-        "Image": image_id,
-        "User": "0:0",
+def build_box_spec(
+    image_id: str,
+    *,
+    run_id: str,
+    owner: str,
+    pybox_version: str,
+    cpus: int,
+    confinement: Confinement,
+) -> BuildBoxSpec:
+    return BuildBoxSpec(
+        image_id=image_id,
         # The box ends itself if pybox never comes back; pybox kills it sooner.
-        "Entrypoint": [
-            BASE_PYTHON,
-            "-I",
-            "-S",
-            "-c",
-            f"import time; time.sleep({BUILD_TIMEOUT_S})",
-        ],
-        "Cmd": [],
-        "Env": [f"PATH={DEFAULT_PATH}", "LANG=C.UTF-8", "HOME=/root", "TMPDIR=/tmp"],
-        "WorkingDir": "/",
-        "Hostname": "pybox-build",
-        "Labels": {
-            LABEL_MANAGED: "1",
-            LABEL_RUN_ID: run_id,
-            LABEL_OWNER: owner,
-            LABEL_EXPIRES_AT: str(int(time.time()) + BUILD_TIMEOUT_S),
-            LABEL_VERSION: pybox_version,
-        },
-        "Healthcheck": {"Test": ["NONE"]},
-        "HostConfig": {
-            # Created on the bridge so it can be attached later; detached before start.
-            "NetworkMode": BUILD_NETWORK,
-            "ReadonlyRootfs": False,
-            "Tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={BUILD_TMP_BYTES},mode=1777"},
-            "Binds": [],
-            "Mounts": [],
-            "Privileged": False,
-            "CapDrop": ["ALL"],
-            "CapAdd": [],
-            "SecurityOpt": ["no-new-privileges"],
-            "Devices": [],
-            "IpcMode": "private",
-            "CgroupnsMode": "private",
-            "Memory": BUILD_MEMORY_BYTES,
-            "MemorySwap": BUILD_MEMORY_BYTES,
-            "NanoCpus": cpus * 1_000_000_000,
-            "PidsLimit": BUILD_PIDS,
-            "LogConfig": {"Type": "none", "Config": {}},
-            "AutoRemove": False,
-            "RestartPolicy": {"Name": "no"},
-        },
-    }
+        entrypoint=(BASE_PYTHON, "-I", "-S", "-c", f"import time; time.sleep({BUILD_TIMEOUT_S})"),
+        env=(f"PATH={DEFAULT_PATH}", "LANG=C.UTF-8", "HOME=/root", "TMPDIR=/tmp"),
+        labels=(
+            (LABEL_MANAGED, "1"),
+            (LABEL_RUN_ID, run_id),
+            (LABEL_OWNER, owner),
+            (LABEL_EXPIRES_AT, str(int(time.time()) + BUILD_TIMEOUT_S)),
+            (LABEL_VERSION, pybox_version),
+        ),
+        # Created on the bridge so it can be attached later; detached before start.
+        network=BUILD_NETWORK,
+        tmpfs=(("/tmp", f"rw,nosuid,nodev,noexec,size={BUILD_TMP_BYTES},mode=1777"),),
+        memory_bytes=BUILD_MEMORY_BYTES,
+        cpus=cpus,
+        pids=BUILD_PIDS,
+        confinement=confinement,
+    )
+
+
+def build_box_body(spec: BuildBoxSpec) -> JSONObject:
+    """The build box's create body, built from its posture table only."""
+    return body_from(build_requirements(spec))
+
+
+def read_back_build_box(engine: Engine, spec: BuildBoxSpec, container_id: str) -> PostureReport:
+    """The build box as the engine made it, checked against its table before start."""
+    inspected = engine.inspect_container(container_id)
+    if inspected is None:
+        raise ImageBuildError("The build box vanished between create and inspect.")
+    report = check_requirements(build_requirements(spec), inspected)
+    if not report.ok:
+        details = "; ".join(m.describe() for m in report.mismatches[:5])
+        raise ImageBuildError(
+            f"The build box was refused before start: {len(report.mismatches)} setting(s) "
+            f"differ from what pybox asked for: {details}. Nothing was built; check the "
+            "engine's configuration (`pybox doctor`)."
+        )
+    return report
 
 
 def _tar(files: Mapping[str, bytes]) -> bytes:
@@ -449,6 +458,7 @@ def build_lock_image(
     pybox_version: str,
     environ: Mapping[str, str],
     force: bool = False,
+    confinement: Confinement | None = None,
 ) -> BuildResult:
     """Build, commit and record the image `plan` describes."""
     if plan.up_to_date and not force and plan.recorded is not None:
@@ -471,18 +481,29 @@ def build_lock_image(
     files = {"requirements.txt": plan.lock.requirements_text().encode(), wheel_name: wheel}
     if cert is not None:
         files["ca.pem"] = cert
-    cpus = max(1, int(engine.info().get("NCPU") or 1))
+    info = engine.info()
+    cpus = max(1, int(info.get("NCPU") or 1))
     run_id = secrets.token_hex(8)
-    body = build_box_body(
-        plan.base.image_id, run_id=run_id, owner=owner, pybox_version=pybox_version, cpus=cpus
+    spec = build_box_spec(
+        plan.base.image_id,
+        run_id=run_id,
+        owner=owner,
+        pybox_version=pybox_version,
+        cpus=cpus,
+        confinement=confinement or engine_confinement(info, local_host=True),
     )
     container_id: str | None = None
     name = f"pybox-build-{run_id}"
     try:
-        container_id = engine.create_container(name, body)
+        container_id = engine.create_container(name, build_box_body(spec))
         box = _BuildBox(engine, container_id, progress)
         box.started = started
         box.say(f"created build box {name} from stdlib")
+        posture = read_back_build_box(engine, spec, container_id)
+        box.say(
+            f"posture read back before start: {len(posture.checked)} fields as asked "
+            f"(seccomp profile {spec.confinement.seccomp_sha256[:19]})"
+        )
         engine.disconnect_network(BUILD_NETWORK, container_id)
         if box.networks():
             raise ImageBuildError(f"The build box is still on {box.networks()} after detaching.")

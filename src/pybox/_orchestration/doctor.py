@@ -14,11 +14,19 @@ from typing import Any
 
 from pybox._adapters.cgroups import cgroup_version
 from pybox._adapters.config import load_settings
+from pybox._adapters.confinement import host_apparmor, seccomp_profile
 from pybox._adapters.engine import DockerEngine, Engine, EngineEndpoint, JSONObject, find_endpoint
 from pybox._adapters.host import owner_alive
 from pybox._adapters.state import StateStore
 from pybox._core.errors import PyboxError
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
+from pybox._core.seccomp import (
+    ENGINE_APPARMOR_PROFILE,
+    PROFILE_NAME,
+    UNCONFINED,
+    apparmor_requirement,
+    profile_sha256,
+)
 from pybox._orchestration.images import check_images
 from pybox._orchestration.platforms import NO_TOOL_PATHS, ToolPaths, make_colima, open_host
 from pybox._orchestration.vm import colima_state_dict, vm_state
@@ -113,6 +121,63 @@ def _colima_endpoint(
     return EngineEndpoint(socket[len("unix://") :], "colima status --json (profile pybox)")
 
 
+def seccomp_problem(security_options: list[Any]) -> tuple[str, str] | None:
+    """(what is wrong, the next step) when the engine's seccomp is off or unconfined."""
+    seccomp = [str(o) for o in security_options if str(o).startswith("name=seccomp")]
+    if not seccomp:
+        return (
+            "the engine reports no seccomp support, so it cannot apply pybox's seccomp "
+            "profile and every run is refused",
+            "use an engine built with seccomp (for example Debian's docker.io)",
+        )
+    if any(f"profile={UNCONFINED}" in option for option in seccomp):
+        return (
+            f"the engine runs containers seccomp-unconfined by default ({seccomp[0]}); pybox "
+            "sends its own profile and checks it, but every other container on this engine "
+            "has no system-call filter",
+            'remove "seccomp-profile" from /etc/docker/daemon.json (or dockerd\'s '
+            "--seccomp-profile) and restart the engine",
+        )
+    return None
+
+
+def _confinement(
+    report: dict[str, Any],
+    problems: list[dict[str, str]],
+    info: JSONObject,
+    *,
+    local_host: bool,
+) -> None:
+    """Report the seccomp profile and AppArmor boxes get; flag what would weaken them."""
+    options = list(info.get("SecurityOptions") or [])
+    host_enabled, host_checked = host_apparmor() if local_host else (None, "not checked")
+    required, basis = apparmor_requirement(options, host_enabled, host_checked)
+    try:
+        profile = seccomp_profile()
+    except PyboxError as exc:
+        _problem(problems, "seccomp profile", str(exc), "pip install --force-reinstall pybox")
+        profile = None
+    report["confinement"] = {
+        "seccomp_profile": PROFILE_NAME,
+        "seccomp_profile_sha256": None if profile is None else profile_sha256(profile),
+        "apparmor_profile": required,
+        "apparmor": basis,
+    }
+    problem = seccomp_problem(options)
+    if problem is not None:
+        _problem(problems, "seccomp", *problem)
+    engine_has = any(str(o).startswith("name=apparmor") for o in options)
+    if host_enabled and not engine_has:
+        _problem(
+            problems,
+            "apparmor",
+            f"this machine's kernel has AppArmor ({host_checked}) but the engine confines "
+            "no container with it, so pybox refuses every box (it requires the engine's "
+            f"{ENGINE_APPARMOR_PROFILE} profile)",
+            "install apparmor (apparmor_parser) for the engine and restart it",
+        )
+
+
 def diagnose(
     environ: Mapping[str, str], config_path: str | None = None, tools: ToolPaths = NO_TOOL_PATHS
 ) -> dict[str, Any]:
@@ -177,13 +242,7 @@ def _diagnose(
         _problem(problems, "engine", str(exc), start_hint)
         return
     report["engine"].update(engine_facts(engine, info))
-    if not any("seccomp" in str(opt) for opt in info.get("SecurityOptions") or []):
-        _problem(
-            problems,
-            "seccomp",
-            "the engine reports no seccomp support",
-            "use an engine built with seccomp (for example Debian's docker.io)",
-        )
+    _confinement(report, problems, info, local_host=host.name != "colima")
     state = StateStore(settings.state_dir)
     try:
         images = check_images(engine, state)

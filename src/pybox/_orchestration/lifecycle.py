@@ -15,12 +15,13 @@ import hashlib
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pybox._adapters.cgroups import Sampler, SamplerFactory, empty_observation
+from pybox._adapters.confinement import confinement
 from pybox._adapters.engine import AttachStream, Engine, JSONObject
 from pybox._adapters.state import StateStore
 from pybox._core import wire
@@ -49,6 +50,7 @@ from pybox._core.posture import (
 )
 from pybox._core.receipt import (
     Configured,
+    ConfinementFacts,
     EngineFacts,
     EngineObserved,
     FileDigest,
@@ -63,6 +65,7 @@ from pybox._core.receipt import (
     rebase_kernel,
 )
 from pybox._core.request import RunRequest
+from pybox._core.seccomp import PROFILE_NAME, Confinement
 from pybox._core.status import Evidence, classify
 from pybox._orchestration.cleanup import remove_and_confirm
 from pybox._orchestration.outputs import FilesReceiver, ReturnedFile
@@ -115,6 +118,9 @@ class BoxContext:
     bootstrap_source: str
     sampler_factory: SamplerFactory
     runtime: str = "runc"
+    # Sessions pass the engine's own; a context made without one assumes a
+    # local engine that reports nothing (this machine's AppArmor decides).
+    confinement: Confinement = field(default_factory=lambda: confinement({}, local_host=True))
 
 
 def new_box_uid() -> int:
@@ -140,6 +146,7 @@ def box_spec(
         owner=context.owner,
         expires_at=expires_at,
         pybox_version=context.pybox_version,
+        confinement=context.confinement,
         code_name=code_name,
         runtime=context.runtime,
         image_env=image.env,
@@ -737,6 +744,12 @@ class BoxRun:
             limits=self.limits.to_dict(),
             network="none",
             user=self.spec.user,
+            confinement=ConfinementFacts(
+                seccomp_profile=PROFILE_NAME,
+                seccomp_profile_sha256=self.spec.confinement.seccomp_sha256,
+                apparmor_profile=self.spec.confinement.apparmor_profile,
+                apparmor=self.spec.confinement.apparmor_basis,
+            ),
             writable_paths=(PYBOX_ROOT, TMP_DIR, "/dev/shm"),
             input_dir=INPUT_DIR,
             output_dir=OUTPUT_DIR,

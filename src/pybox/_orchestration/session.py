@@ -15,6 +15,7 @@ from typing import Any
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
 from pybox._adapters.colima_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
 from pybox._adapters.config import Settings, load_settings
+from pybox._adapters.confinement import confinement
 from pybox._adapters.engine import Engine
 from pybox._adapters.host import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
@@ -26,6 +27,7 @@ from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
 from pybox._core.request import RunRequest, check_request
+from pybox._core.seccomp import Confinement
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.builds import lock_changed
 from pybox._orchestration.cleanup import SweepReport, sweep
@@ -86,6 +88,7 @@ class Session:
         self._sweep_lock = threading.Lock()  # not _lock: the sweep connects through it
         self._lock = threading.Lock()
         self._engine_cpus: int | None = None
+        self._confinement: Confinement | None = None
         # Long-lived users (the MCP server, a Client) get a warm pool; one-shot
         # CLI calls do not pay to fill one.
         self._pool = WarmPool(self._context, pool, log) if pool is not None else None
@@ -136,7 +139,15 @@ class Session:
             bootstrap_source=self._bootstrap,
             sampler_factory=self._sampler_factory,
             runtime=self._runtime,
+            confinement=self.confinement(),
         )
+
+    def confinement(self) -> Confinement:
+        """pybox's seccomp profile and the AppArmor profile boxes on this engine need."""
+        if self._confinement is None:
+            # Only a local engine shares this machine's kernel, and so its AppArmor.
+            self._confinement = confinement(self.engine.info(), local_host=self.platform == "linux")
+        return self._confinement
 
     def resolve(self, request: RunRequest) -> Limits:
         """Effective limits for a request, or a clear refusal. Creates nothing."""

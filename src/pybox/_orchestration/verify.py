@@ -67,6 +67,7 @@ from pybox._orchestration.verify_judges import (
     judge_network,
     judge_output_flood,
     judge_privilege,
+    judge_seccomp,
     judge_secrets,
     judge_timeout_evasion,
 )
@@ -279,6 +280,12 @@ def run_secrets(suite: Suite, verdict: Verdict) -> None:
     )
 
 
+def run_seccomp(suite: Suite, verdict: Verdict) -> None:
+    outcome = suite.run_program("seccomp", verdict, LimitRequest(timeout_s=30))
+    judge_seccomp(outcome, verdict, suite.session.confinement().seccomp_sha256)
+    suite.gone(verdict, outcome.receipt)
+
+
 def _box_of(engine: Engine, pid: int) -> JSONObject | None:
     host = socket.gethostname()
     for box in engine.list_containers({LABEL_MANAGED: "1"}):
@@ -443,6 +450,14 @@ CASES: tuple[Case, ...] = (
         "every attempt fails; no setuid file; "
         "only the safe devices",
         _simple("privilege", LimitRequest(timeout_s=30), judge_privilege),
+    ),
+    Case(
+        "seccomp",
+        "io_uring_setup, io_uring_enter, io_uring_register and 27 more calls pybox's seccomp "
+        "profile denies (userfaultfd, keyctl, bpf, ptrace, unshare, mount, adjtimex...)",
+        "the engine held pybox's profile (read back before start); every call fails with the "
+        "filter's EPERM (or ENOSYS), never the kernel's own answer",
+        run_seccomp,
     ),
     Case(
         "secrets",

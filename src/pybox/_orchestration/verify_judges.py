@@ -570,3 +570,55 @@ def judge_secrets(
         f"hostname {BOX_HOSTNAME!r} by all {len(names)} views, not the host's "
         f"{host_hostname!r}; /etc/hosts {'empty' if not hosts_words else 'without it'}",
     )
+
+
+# As many as seccomp.py makes: fewer means some never ran.
+SECCOMP_ATTEMPTS = 30
+SECCOMP_REFUSALS = frozenset({"EPERM", "ENOSYS"})
+
+
+def judge_seccomp(outcome: RunOutcome, verdict: Verdict, profile_sha256: str) -> None:
+    """Denied calls fail with the filter's answer; the engine held pybox's profile."""
+    receipt = outcome.receipt
+    judge_posture_read_back(receipt, verdict)
+    confinement = receipt.configured.confinement
+    if verdict.check(
+        receipt.observed_by_engine.posture_verified
+        and confinement.seccomp_profile_sha256 == profile_sha256,
+        f"the box's seccomp profile {confinement.seccomp_profile_sha256} is not pybox's "
+        f"{profile_sha256}",
+    ):
+        verdict.saw(
+            "engine",
+            f"HostConfig.SecurityOpt held pybox's seccomp profile {profile_sha256[:19]} "
+            "(read back before start); "
+            + (
+                f"AppArmorProfile {confinement.apparmor_profile}"
+                if confinement.apparmor_profile
+                else confinement.apparmor
+            ),
+        )
+    report = program_report(outcome.stdout, outcome.stderr, verdict)
+    if not report:
+        return
+    arch = report.get("arch")
+    attempts: dict[str, str] = report.get("attempts") or {}
+    if not verdict.check(
+        bool(attempts),
+        f"the case knows system-call numbers for x86_64 and aarch64 only; this box runs "
+        f"{arch}, so nothing was tried and containment is not established",
+    ):
+        return
+    verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
+    verdict.check(len(attempts) >= SECCOMP_ATTEMPTS, f"only {len(attempts)} calls made")
+    verdict.check("io_uring_setup" in attempts, "io_uring_setup was not tried")
+    through = {
+        name: result for name, result in attempts.items() if str(result) not in SECCOMP_REFUSALS
+    }
+    if verdict.check(not through, f"not stopped by the filter: {through}"):
+        verdict.saw(
+            "program",
+            f"{arch}; seccomp filter mode; {len(attempts)} calls all refused "
+            f"({_counts(attempts.values())}): io_uring_setup {attempts.get('io_uring_setup')}, "
+            + ", ".join(sorted(name for name in attempts if name != "io_uring_setup")),
+        )

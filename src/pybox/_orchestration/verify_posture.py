@@ -19,13 +19,19 @@ from pybox._adapters.engine import AttachStream, Engine, EngineEndpoint, JSONObj
 from pybox._core.errors import PyboxError
 from pybox._core.limits import MIB
 from pybox._core.receipt import Status
+from pybox._core.seccomp import SECCOMP_PREFIX
 from pybox._orchestration.cleanup import remove_and_confirm
 from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.verify_judges import Verdict
 
 _REMOVE = object()
+IO_URING_CALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 HOST_DIR = "{host_dir}"  # replaced by an empty folder that verify made on the host
 DONOR = "{donor}"  # replaced by a never-started box of the same run, made for this
+SECCOMP = "{seccomp}"  # replaced by pybox's own seccomp option, from the create body
+# Replaced by a profile that is pybox's with io_uring allowed again: a profile
+# that is almost right must be refused like a missing one.
+SECCOMP_IO_URING = "{seccomp_io_uring}"
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,22 @@ WEAKENINGS: tuple[Weakening, ...] = (
         "seccomp unconfined",
         ["no-new-privileges", "seccomp=unconfined"],
     ),
+    _w(
+        "HostConfig.SecurityOpt",
+        "pybox's seccomp profile left out (the engine's default)",
+        ["no-new-privileges"],
+    ),
+    _w(
+        "HostConfig.SecurityOpt",
+        "a seccomp profile that allows io_uring",
+        ["no-new-privileges", SECCOMP_IO_URING],
+    ),
+    _w(
+        "HostConfig.SecurityOpt",
+        "AppArmor unconfined",
+        ["no-new-privileges", SECCOMP, "apparmor=unconfined"],
+    ),
+    _w("HostConfig.SecurityOpt", "no-new-privileges left out", [SECCOMP]),
     _w(
         "HostConfig.Devices",
         "a host device",
@@ -183,6 +205,20 @@ def weaken(body: JSONObject, weakening: Weakening, names: Mapping[str, str]) -> 
     return weaker
 
 
+def seccomp_names(body: JSONObject) -> dict[str, str]:
+    """The placeholders for pybox's own seccomp option, and for one that allows io_uring."""
+    options = (body.get("HostConfig") or {}).get("SecurityOpt") or []
+    own = next((o for o in options if str(o).startswith(SECCOMP_PREFIX)), "")
+    profile = json.loads(own[len(SECCOMP_PREFIX) :]) if own else {"syscalls": []}
+    profile["syscalls"].append(
+        {"names": list(IO_URING_CALLS), "action": "SCMP_ACT_ALLOW", "comment": "verify"}
+    )
+    return {
+        SECCOMP: own,
+        SECCOMP_IO_URING: SECCOMP_PREFIX + json.dumps(profile, separators=(",", ":")),
+    }
+
+
 def _refused(what: str) -> PyboxError:
     return PyboxError(f"verify's posture engine does not {what}")
 
@@ -229,7 +265,7 @@ class WeakenedCreateEngine:
 
     def create_container(self, name: str, body: JSONObject) -> str:
         assert self.weakening is not None
-        names = {HOST_DIR: self._host_dir, DONOR: f"{name}-donor"}
+        names = {HOST_DIR: self._host_dir, DONOR: f"{name}-donor", **seccomp_names(body)}
         if self.weakening.needs_donor:
             # A box of the same run, never started, for the weakening to point at.
             self.donor_id = self._engine.create_container(names[DONOR], body)

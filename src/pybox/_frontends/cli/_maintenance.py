@@ -74,6 +74,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 f"runtimes {', '.join(engine['runtimes'])}",
                 out,
             )
+    confinement = report.get("confinement")
+    if confinement:
+        digest = confinement["seccomp_profile_sha256"] or "unreadable"
+        say(f"filter: seccomp profile {confinement['seccomp_profile']} {digest[:19]}", out)
+        say(f"        {confinement['apparmor']}", out)
     for image in report.get("images", []):
         say(
             f"image:  {image['name']} {image['image_id'][:19]} {image['problem'] or 'ok'}",

@@ -1,0 +1,126 @@
+"""The build box's posture: the box pybox pip-installs into images, as a table.
+
+It is the run box's table with the differences a build needs, each stated
+here, and it is read back from the engine before the build box starts, like
+every box pybox makes:
+
+- it runs as root in its container (to install into /opt/venv), with every
+  capability dropped and no-new-privileges;
+- its root filesystem is writable (the packages are installed into it, then
+  committed);
+- it is created on the engine's bridge network, detached before start and
+  attached only for the install step (the engine's view of its networks is
+  checked at every step, see builds.py); so the engine also writes its
+  /etc/hosts and resolver file, which pip needs to resolve the index;
+- its caps are the build's (memory, CPU, processes), not a run's.
+
+Everything else is a run box's: pybox's seccomp profile, the AppArmor
+requirement, no host path or volume, no devices, private namespaces, no logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pybox._core.posture import (
+    REQUIRED_MASKED_PATHS,
+    REQUIRED_READONLY_PATHS,
+    Check,
+    Requirement,
+    config_field,
+    confinement_requirements,
+    host_absent,
+    host_field,
+)
+from pybox._core.seccomp import Confinement
+
+BUILD_HOSTNAME = "pybox-build"
+BUILD_USER = "0:0"
+
+
+@dataclass(frozen=True)
+class BuildBoxSpec:
+    """Everything that decides what one build box is."""
+
+    image_id: str
+    entrypoint: tuple[str, ...]
+    env: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...]
+    network: str
+    tmpfs: tuple[tuple[str, str], ...]
+    memory_bytes: int
+    cpus: int
+    pids: int
+    confinement: Confinement
+    runtime: str = "runc"
+
+
+def build_requirements(spec: BuildBoxSpec) -> tuple[Requirement, ...]:
+    """The whole posture of a build box. Its create body and read-back derive from it."""
+    return (
+        Requirement(("Image",), spec.image_id, "the recorded stdlib image", create_path=("Image",)),
+        config_field("User", BUILD_USER, "root in the box, to install; no capability"),
+        config_field("Entrypoint", list(spec.entrypoint), "a sleep that ends the box by itself"),
+        config_field("Cmd", [], "nothing from the image runs", Check.EMPTY),
+        config_field("Env", list(spec.env), "only the build's environment", Check.INCLUDES),
+        config_field("WorkingDir", "/", "the build runs from the root"),
+        config_field("Hostname", BUILD_HOSTNAME, "not the host's name"),
+        config_field("Labels", dict(spec.labels), "a leftover can be found", Check.INCLUDES),
+        config_field("Healthcheck", {"Test": ["NONE"]}, "nothing else execs inside the box"),
+        config_field("ExposedPorts", {}, "no ports", Check.EMPTY),
+        config_field("Volumes", {}, "no image volumes", Check.EMPTY),
+        # Network: the bridge, detached before start, attached for the install only.
+        host_field("NetworkMode", spec.network, "the network pip's install step is attached to"),
+        host_field("PortBindings", {}, "no published ports", Check.EMPTY),
+        host_field("PublishAllPorts", False, "no published ports", Check.EMPTY),
+        host_absent("ExtraHosts", "no host entries"),
+        host_absent("Dns", "the engine's resolvers only"),
+        host_absent("Links", "no links to other containers"),
+        # Filesystem: writable root (it becomes the image); nothing from the host.
+        host_field("ReadonlyRootfs", False, "the packages are installed into it", Check.EMPTY),
+        host_field("Tmpfs", dict(spec.tmpfs), "a size-capped /tmp"),
+        host_absent("Binds", "no host path"),
+        host_absent("Mounts", "no host path, no volume"),
+        host_absent("VolumesFrom", "no volumes of other containers"),
+        Requirement(("Mounts",), [], "no host path, no volume, no engine socket", Check.EMPTY),
+        # Privilege: a run box's, including its seccomp profile and AppArmor.
+        host_field("Privileged", False, "not privileged", Check.EMPTY),
+        host_field("CapDrop", ["ALL"], "every capability dropped"),
+        host_absent("CapAdd", "no capability added"),
+        *confinement_requirements(spec.confinement),
+        host_absent("Devices", "no devices"),
+        host_absent("DeviceRequests", "no devices"),
+        host_absent("DeviceCgroupRules", "no device rules"),
+        host_absent("GroupAdd", "no extra groups"),
+        host_field("Sysctls", {}, "no sysctls", Check.EMPTY),
+        host_field("UsernsMode", "", "the engine's user namespace setting", Check.EMPTY),
+        host_field("PidMode", "", "a private process namespace", Check.EMPTY),
+        host_field("IpcMode", "private", "private IPC"),
+        host_field("UTSMode", "", "a private hostname", Check.EMPTY),
+        host_field("CgroupnsMode", "private", "a private cgroup namespace"),
+        host_field("CgroupParent", "", "the engine's cgroup", Check.EMPTY),
+        host_field("Init", False, "no host binary mounted", Check.EMPTY),
+        host_field("Runtime", spec.runtime, "the expected runtime"),
+        Requirement(
+            ("HostConfig", "MaskedPaths"),
+            list(REQUIRED_MASKED_PATHS),
+            "kernel files masked",
+            Check.INCLUDES,
+        ),
+        Requirement(
+            ("HostConfig", "ReadonlyPaths"),
+            list(REQUIRED_READONLY_PATHS),
+            "kernel settings read-only",
+            Check.INCLUDES,
+        ),
+        # The build's own caps.
+        host_field("Memory", spec.memory_bytes, "memory cap"),
+        host_field("MemorySwap", spec.memory_bytes, "swap equal to memory: no swap"),
+        host_field("OomKillDisable", False, "the kernel may end it over its memory", Check.EMPTY),
+        host_field("NanoCpus", spec.cpus * 1_000_000_000, "CPU cap"),
+        host_field("PidsLimit", spec.pids, "processes cap"),
+        host_field("OomScoreAdj", 0, "no change to OOM priority", Check.EMPTY),
+        host_field("LogConfig", {"Type": "none", "Config": {}}, "the engine keeps no logs"),
+        host_field("AutoRemove", False, "pybox removes the box and confirms it", Check.EMPTY),
+        host_field("RestartPolicy", {"Name": "no"}, "never restarted", Check.INCLUDES),
+    )
