@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from pybox._adapters.engine import Engine
 from pybox._adapters.host import apt_sources, base_mirror, os_codename
-from pybox._adapters.rootfs import LocalRootfsBuilder, Progress, RootfsBuilder
+from pybox._adapters.rootfs import Progress, RootfsBuilder
+from pybox._adapters.rootfs_unshare import local_builder
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, ImageBuildError, ImageError
 from pybox._core.images import (
@@ -88,13 +89,14 @@ def build_stdlib(
 ) -> ImageRecord:
     """Bootstrap, strip, import and record the stdlib image.
 
-    The tree is made by `builder`: on this machine by default, or inside
-    pybox's VM on macOS; the recipe, the preparation and the import are the same.
+    The tree is made by `builder`: on this machine by default (debootstrap as
+    root, else mmdebstrap in a user namespace), or inside pybox's VM on macOS;
+    the recipe, the preparation and the import are the same.
     """
     if plan.up_to_date and not force and plan.recorded is not None:
         progress(f"stdlib is up to date ({plan.recorded.image_id[:19]}); nothing to build")
         return plan.recorded
-    builder = builder or LocalRootfsBuilder()
+    builder = builder or local_builder()
     builder.require_tools(progress)
     recipe = plan.recipe
     with builder.workspace(progress) as root:
