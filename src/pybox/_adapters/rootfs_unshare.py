@@ -147,7 +147,7 @@ def build_access() -> BuildAccess:
     return BuildAccess(
         user,
         False,
-        f"mmdebstrap --mode=unshare, as {user} (no root needed)",
+        "mmdebstrap --mode=unshare (no root needed)",
         (
             Need(
                 "mmdebstrap",

@@ -22,7 +22,7 @@ from pybox._adapters.host import owner_alive
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, PyboxError
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
-from pybox._orchestration.images import check_images
+from pybox._orchestration.images import check_images, other_users_image_hint
 from pybox._orchestration.platforms import NO_TOOL_PATHS, ToolPaths, make_colima, open_host
 from pybox._orchestration.vm import colima_state_dict, vm_state
 from pybox._version import __version__
@@ -112,6 +112,15 @@ def leftover_boxes(
             }
         )
     return boxes
+
+
+def engine_problem_step(environ: Mapping[str, str], exc: BaseException) -> str:
+    """The next step for a local engine that could not be reached (for `pybox setup`)."""
+    try:
+        socket_path: str | None = find_endpoint(environ).socket_path
+    except PyboxError:
+        socket_path = None
+    return engine_next_step(exc, socket_path, START_ENGINE)
 
 
 def _problem(problems: list[dict[str, str]], what: str, detail: str, next_step: str) -> None:
@@ -269,8 +278,12 @@ def _diagnose(
         for status in images
     ]
     if not any(s.record.name == "stdlib" and s.problem is None for s in images):
+        other = other_users_image_hint(engine, state)
         _problem(
-            problems, "stdlib image", "no usable stdlib image is recorded", "pybox setup --yes"
+            problems,
+            "stdlib image",
+            f"no usable stdlib image is recorded in {state.root}" + (f". {other}" if other else ""),
+            "pybox setup --yes (as yourself, without sudo)",
         )
     for status in images:
         if status.problem:
