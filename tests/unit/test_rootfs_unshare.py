@@ -116,3 +116,13 @@ def test_the_hook_carries_the_preparation_and_names_no_file_of_this_user() -> No
     assert script.startswith("#!/usr/bin/python3 -I\n")
     assert "def prepare_tree(" in script  # the source travels inside the hook
     assert str(Path(rootfs_unshare.__file__).parent) not in script
+
+
+def test_a_refused_user_namespace_names_the_switch_that_refused_it() -> None:
+    assert rootfs_unshare.userns_fix("kernel.unprivileged_userns_clone is 0").startswith(
+        "sudo sysctl -w kernel.unprivileged_userns_clone=1"
+    )
+    assert "kernel.apparmor_restrict_unprivileged_userns=0" in rootfs_unshare.userns_fix(
+        "kernel.apparmor_restrict_unprivileged_userns is 1"
+    )
+    assert "sudo pybox" not in rootfs_unshare.userns_fix("unshare --user failed: denied")

@@ -54,8 +54,9 @@ def require_tools() -> None:
         )
     if os.geteuid() != 0:
         raise ImageBuildError(
-            "Building the base image with debootstrap needs root. Run it as root (for "
-            "example: sudo pybox image build stdlib)."
+            "Building the base image with debootstrap needs root; as any other user pybox "
+            "builds it with mmdebstrap in a user namespace. Run `pybox setup` as yourself "
+            "to see what that needs."
         )
 
 

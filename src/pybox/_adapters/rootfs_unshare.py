@@ -129,6 +129,18 @@ def userns_problem() -> str | None:
     return None
 
 
+def userns_fix(problem: str | None) -> str:
+    """The switch that allows unprivileged user namespaces, named after what refused them."""
+    for setting, allowed in (
+        ("kernel.unprivileged_userns_clone", "1"),
+        ("user.max_user_namespaces", "15000"),
+        ("kernel.apparmor_restrict_unprivileged_userns", "0"),
+    ):
+        if problem is not None and problem.startswith(setting):
+            return f"sudo sysctl -w {setting}={allowed} (and in /etc/sysctl.d to keep it)"
+    return "allow unprivileged user namespaces on this machine (ask its administrator)"
+
+
 def build_access() -> BuildAccess:
     """What building the stdlib tree needs from this user, and what it has. Changes nothing."""
     user = _user()
@@ -173,8 +185,7 @@ def build_access() -> BuildAccess:
                 "unprivileged user namespaces"
                 + ("" if problem is None else f" (not allowed: {problem})"),
                 problem is None,
-                "allow them (for example: sudo sysctl -w kernel.unprivileged_userns_clone=1), "
-                "or run `sudo pybox image build stdlib` with PYBOX_STATE_DIR set to your state",
+                userns_fix(problem),
             ),
         ),
     )
