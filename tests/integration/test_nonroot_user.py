@@ -98,3 +98,32 @@ def test_another_users_image_is_named_instead_of_a_loop(engine: Engine, fresh_st
     assert report["engine"]["reachable"] is True  # the docker group is enough
     stdlib = next(p for p in report["problems"] if p["what"] == "stdlib image")
     assert "another user's pybox built it" in stdlib["detail"]
+
+
+def test_a_session_without_the_docker_group_is_told_to_log_in_again(fresh_state: Path) -> None:
+    # The user is in the docker group, but this process drops it, as a login
+    # session started before `usermod -aG docker` would lack it.
+    home = pwd.getpwnam(USER).pw_dir
+    doctor = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={USER}",
+            f"--regid={pwd.getpwnam(USER).pw_gid}",
+            "--clear-groups",
+            "env",
+            f"HOME={home}",
+            f"PYBOX_STATE_DIR={fresh_state}",
+            USER_PYBOX,
+            "doctor",
+        ],
+        capture_output=True,
+        cwd=home,
+        timeout=60,
+        check=False,
+    )
+    out = doctor.stdout.decode()
+    assert doctor.returncode == 125, out
+    assert "permission denied" in out
+    assert f"next:   {USER} is in the docker group but this login session is not yet" in out
+    assert "systemctl start docker" not in out
+    assert "boxes:  unknown: engine unreachable" in out
