@@ -151,8 +151,10 @@ def test_missing_program_file(cli_env: dict[str, str], tmp_path: Path) -> None:
 
 def test_doctor_and_image_list(cli_env: dict[str, str], state_dir: Path) -> None:
     doctor = run_cli(["doctor", "--json"], cli_env)
-    assert doctor.returncode == 0
     report = json.loads(doctor.stdout)
+    # The exit code follows `ok`: 0 only when nothing was found wrong.
+    assert report["ok"] is (not report["problems"])
+    assert doctor.returncode == (0 if report["ok"] else 125), report["problems"]
     assert report["engine"]["reachable"] is True
     assert report["engine"]["socket"].startswith("unix://")
     assert any(image["name"] == "stdlib" and image["problem"] is None for image in report["images"])

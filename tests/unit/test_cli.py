@@ -101,7 +101,7 @@ def test_tcp_docker_host_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
-    assert main(["doctor"]) == 0
+    assert main(["doctor"]) == 125
     assert "is not a unix socket" in capsys.readouterr().out
 
 

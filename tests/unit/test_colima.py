@@ -165,7 +165,7 @@ def test_the_vm_size_comes_from_the_config_file(
 def test_no_user_file_is_touched(colima_env: Path, fake: FakeColima, home: Path) -> None:
     before = snapshot(home)
     assert main(["setup"]) == 0
-    assert main(["doctor", "--json"]) == 0
+    assert main(["doctor", "--json"]) == 125  # the VM is absent: a problem
     assert main(["vm", "status"]) == 3
     assert snapshot(home) == before  # dry runs and checks change nothing at all
     assert main(["vm", "start"]) == 0
@@ -283,7 +283,7 @@ def test_setup_without_tools_prints_the_install_command(
 def test_doctor_is_read_only_and_names_the_next_step(
     colima_env: Path, fake: FakeColima, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["doctor", "--json"]) == 0
+    assert main(["doctor", "--json"]) == 125
     report = json.loads(capsys.readouterr().out)
     assert report["platform"]["pybox_platform"] == "colima"
     assert report["platform"]["chosen_by"] == "PYBOX_PLATFORM"
@@ -293,7 +293,7 @@ def test_doctor_is_read_only_and_names_the_next_step(
     assert report["next"] == ["pybox setup --yes"]
     assert fake.argvs() == [["version"], STATUS_ARGV]
     fake.set(running=True, docker_socket="unix:///nonexistent/docker.sock")
-    assert main(["doctor"]) == 0
+    assert main(["doctor"]) == 125
     out = capsys.readouterr().out
     assert "vm:     Colima profile pybox: running" in out
     assert "next:   pybox vm delete --yes && pybox setup --yes" in out  # no profile files

@@ -346,7 +346,7 @@ def test_the_preparation_program_runs_as_python_stdin(tmp_path: Path) -> None:
         argv, input=prepare_program(), capture_output=True, text=True, check=True
     )
     assert json.loads(result.stdout) == {"packages": ["python3=3.11"], "python_found": True}
-    assert "1 setuid/setgid bits cleared" in result.stderr
+    assert "1 setuid/setgid bits and 0 file capabilities cleared" in result.stderr
     assert (root / "usr/bin/su").stat().st_mode & 0o7777 == 0o755
     assert list((root / "var/log").iterdir()) == []
     assert (

@@ -34,6 +34,14 @@ PER_PACKAGE_LINES = (
     "I: Unpacking",
     "I: Configuring",
     "I: Extracting",
+    # dpkg's and apt's, as mmdebstrap shows them
+    "Get:",
+    "Selecting previously",
+    "Preparing to unpack",
+    "Unpacking ",
+    "Setting up ",
+    "(Reading database",
+    "Processing triggers",
 )
 
 
@@ -46,8 +54,9 @@ def require_tools() -> None:
         )
     if os.geteuid() != 0:
         raise ImageBuildError(
-            "Building the base image with debootstrap needs root. Run it as root (for "
-            "example: sudo pybox image build stdlib)."
+            "Building the base image with debootstrap needs root; as any other user pybox "
+            "builds it with mmdebstrap in a user namespace. Run `pybox setup` as yourself "
+            "to see what that needs."
         )
 
 
@@ -92,8 +101,32 @@ def run_debootstrap(
             str(target), suite=suite, mirror=mirror, packages=packages, keyring=keyring
         )
     )
+    run_bootstrapper(
+        argv,
+        "debootstrap",
+        runner,
+        progress,
+        f"for suite {suite} from {mirror}",
+        "Check the mirror (--mirror) and the suite (--suite).",
+    )
+
+
+def run_bootstrapper(
+    argv: list[str],
+    tool: str,
+    runner: CommandRunner,
+    progress: Progress,
+    what: str,
+    next_step: str,
+    marker: str | None = None,
+) -> list[str]:
+    """Run debootstrap or mmdebstrap, showing its phases (not one line per package).
+
+    Lines that start with `marker` (what a hook reports) are returned, not shown.
+    """
     started = time.monotonic()
     tail: list[str] = []
+    marked: list[str] = []
     try:
         process = subprocess.Popen(
             argv,
@@ -110,18 +143,21 @@ def run_debootstrap(
         assert process.stdout is not None
         for raw_line in process.stdout:
             line = raw_line.rstrip()
+            if marker is not None and line.startswith(marker):
+                marked.append(line[len(marker) :])
+                continue
             tail = [*tail, line][-15:]
             if line.startswith(PER_PACKAGE_LINES) and "base system" not in line:
                 continue  # one line per package is noise; keep the phases
-            progress(f"[{time.monotonic() - started:6.1f}s] debootstrap: {line}")
+            progress(f"[{time.monotonic() - started:6.1f}s] {tool}: {line}")
         code = process.wait()
     if code != 0:
         last = "\n  ".join(tail)
         raise ImageBuildError(
-            f"debootstrap failed (exit {code}) on {runner.where} for suite {suite} from "
-            f"{mirror}. Its last lines:\n  {last}\nCheck the mirror (--mirror) and the suite "
-            "(--suite)."
+            f"{tool} failed (exit {code}) on {runner.where} {what}. Its last lines:\n  {last}\n"
+            f"{next_step}"
         )
+    return marked
 
 
 def prepare_rootfs(root: Path, progress: Progress) -> None:

@@ -3,7 +3,8 @@
 This file is standard library only and imports nothing of pybox, because it
 runs in two places: imported on a Linux host (`pybox._adapters.rootfs`), and
 sent verbatim on stdin to `python3 -` inside pybox's Colima VM, where the tree
-is built on macOS. Run as a program it takes ROOT HOSTNAME UID GID PYBOX_ROOT
+is built on macOS; and (as text inside mmdebstrap's customize hook) in the user
+namespace of a build without root. Run as a program it takes ROOT HOSTNAME UID GID PYBOX_ROOT
 PYTHON_PATH, prepares ROOT, and prints one JSON line: the installed packages
 and whether PYTHON_PATH exists in the tree. Keep it compatible with the
 Python 3 of the VM's Ubuntu (3.8 and newer).
@@ -16,7 +17,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # Removed after the install: caches, documentation and logs the box never needs.
@@ -32,15 +33,40 @@ STRIP_PATHS = (
 )
 
 
+def _tree_files(root: Path) -> Iterator[str]:
+    """Every file of the tree, not descending into what is mounted on it (mmdebstrap's
+    hooks see /proc, /sys and /dev mounted in the tree)."""
+    device = os.lstat(root).st_dev
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = [
+            name
+            for name in subdirectories
+            if os.lstat(os.path.join(directory, name)).st_dev == device
+        ]
+        for name in files:
+            yield os.path.join(directory, name)
+
+
 def _strip_setid_bits(root: Path) -> int:
     stripped = 0
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(directory, name)
-            mode = os.lstat(path).st_mode
-            if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
-                os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
-                stripped += 1
+    for path in _tree_files(root):
+        mode = os.lstat(path).st_mode
+        if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+            os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+            stripped += 1
+    return stripped
+
+
+def _strip_file_capabilities(root: Path) -> int:
+    """File capabilities are extended attributes; the box gets none (mmdebstrap's tar
+    keeps extended attributes, where pybox's own tar leaves them out)."""
+    stripped = 0
+    for path in _tree_files(root):
+        try:
+            os.removexattr(path, "security.capability", follow_symlinks=False)
+        except OSError:
+            continue  # none set (the usual case), or none supported here
+        stripped += 1
     return stripped
 
 
@@ -72,8 +98,10 @@ def prepare_tree(
         handle.write(f"sandbox:x:{gid}:\n")
     (root / pybox_root.lstrip("/")).mkdir(mode=0o755, exist_ok=True)
     stripped = _strip_setid_bits(root)
+    capabilities = _strip_file_capabilities(root)
     progress(
-        f"prepared the root filesystem (caches removed, {stripped} setuid/setgid bits cleared)"
+        f"prepared the root filesystem (caches removed, {stripped} setuid/setgid bits and "
+        f"{capabilities} file capabilities cleared)"
     )
 
 

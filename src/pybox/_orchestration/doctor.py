@@ -7,7 +7,10 @@ to run next.
 
 from __future__ import annotations
 
+import grp
+import os
 import platform
+import pwd
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,7 +21,7 @@ from pybox._adapters.confinement import host_apparmor, seccomp_profile
 from pybox._adapters.engine import DockerEngine, Engine, EngineEndpoint, JSONObject, find_endpoint
 from pybox._adapters.host import owner_alive
 from pybox._adapters.state import StateStore
-from pybox._core.errors import PyboxError
+from pybox._core.errors import ConfigError, PyboxError
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
 from pybox._core.seccomp import (
     ENGINE_APPARMOR_PROFILE,
@@ -27,13 +30,63 @@ from pybox._core.seccomp import (
     apparmor_requirement,
     profile_sha256,
 )
-from pybox._orchestration.images import check_images
+from pybox._orchestration.images import check_images, other_users_image_hint
 from pybox._orchestration.platforms import NO_TOOL_PATHS, ToolPaths, make_colima, open_host
 from pybox._orchestration.vm import colima_state_dict, vm_state
 from pybox._version import __version__
 
 DOCTOR_VERSION = 1  # fields are only ever added within a version
 READY_COMMAND = "echo 'print(6*7)' | pybox exec -"
+ENGINE_UNREACHABLE = "unknown: engine unreachable"
+INSTALL_ENGINE = "sudo apt-get install docker.io && sudo systemctl start docker"
+START_ENGINE = "sudo systemctl start docker"
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The OS error under a pybox error, when there is one (the engine adapter chains it)."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc
+
+
+def socket_group_step(socket_path: str) -> str:
+    """The next step when this user may not open the engine's socket.
+
+    Membership in the socket's group only takes effect at the next login, so a
+    user already listed in the group is told to log in again, not to add it twice.
+    """
+    user = pwd.getpwuid(os.getuid()).pw_name
+    try:
+        gid = os.stat(socket_path).st_gid
+        group = grp.getgrgid(gid).gr_name
+        listed = user in grp.getgrgid(gid).gr_mem or pwd.getpwnam(user).pw_gid == gid
+    except (OSError, KeyError):
+        group, gid, listed = "docker", -1, False
+    return access_step(user, group, listed=listed, active=gid in os.getgroups())
+
+
+def access_step(user: str, group: str, *, listed: bool, active: bool) -> str:
+    if listed and not active:
+        return (
+            f"{user} is in the {group} group but this login session is not yet: log out and "
+            f"in again (or start a shell with `newgrp {group}`)"
+        )
+    return (
+        f"add your user to the {group} group and log in again: sudo usermod -aG {group} "
+        f"{user}, then log out and in"
+    )
+
+
+def engine_next_step(exc: BaseException, socket_path: str | None, start_hint: str) -> str:
+    """The step that fixes why the engine could not be reached; never a guess past the cause."""
+    if isinstance(exc, ConfigError):
+        return "unset DOCKER_HOST, or set it to the engine's unix:// socket"
+    cause = _cause(exc)
+    if isinstance(cause, PermissionError) and socket_path:
+        return socket_group_step(socket_path)
+    if isinstance(cause, FileNotFoundError) or socket_path is None:
+        return INSTALL_ENGINE if start_hint == START_ENGINE else start_hint
+    return start_hint
 
 
 def engine_facts(engine: Engine, info: JSONObject) -> dict[str, Any]:
@@ -67,6 +120,15 @@ def leftover_boxes(
             }
         )
     return boxes
+
+
+def engine_problem_step(environ: Mapping[str, str], exc: BaseException) -> str:
+    """The next step for a local engine that could not be reached (for `pybox setup`)."""
+    try:
+        socket_path: str | None = find_endpoint(environ).socket_path
+    except PyboxError:
+        socket_path = None
+    return engine_next_step(exc, socket_path, START_ENGINE)
 
 
 def _problem(problems: list[dict[str, str]], what: str, detail: str, next_step: str) -> None:
@@ -191,15 +253,28 @@ def diagnose(
             "python": sys.version.split()[0],
             "cgroup_version": cgroup_version() if platform.system() == "Linux" else None,
         },
+        "ok": False,
         "problems": [],
+        "unchecked": {},
         "next": [],
     }
     problems: list[dict[str, str]] = report["problems"]
     try:
         _diagnose(report, problems, environ, config_path, tools)
     finally:
+        for what in ("images", "boxes"):
+            if what not in report:
+                # Never a count that was not taken: say why it is unknown.
+                report["unchecked"][what] = (
+                    ENGINE_UNREACHABLE if "engine" in problems_of(problems) else "not checked"
+                )
+        report["ok"] = not problems
         report["next"] = [p["next"] for p in problems] or [READY_COMMAND]
     return report
+
+
+def problems_of(problems: list[dict[str, str]]) -> set[str]:
+    return {p["what"] for p in problems}
 
 
 def _diagnose(
@@ -228,18 +303,20 @@ def _diagnose(
             return
         start_hint = "pybox vm start"
     else:
-        start_hint = "sudo systemctl start docker"
+        start_hint = START_ENGINE
         try:
             endpoint = find_endpoint(environ)
         except PyboxError as exc:
-            _problem(problems, "engine", str(exc), start_hint)
+            _problem(problems, "engine", str(exc), engine_next_step(exc, None, start_hint))
             return
-    report["engine"] = {"socket": endpoint.url, "found_by": endpoint.found_by}
+    report["engine"] = {"socket": endpoint.url, "found_by": endpoint.found_by, "reachable": False}
     try:
         engine = DockerEngine.connect(endpoint)
         info = engine.info()
     except PyboxError as exc:
-        _problem(problems, "engine", str(exc), start_hint)
+        _problem(
+            problems, "engine", str(exc), engine_next_step(exc, endpoint.socket_path, start_hint)
+        )
         return
     report["engine"].update(engine_facts(engine, info))
     _confinement(report, problems, info, local_host=host.name != "colima")
@@ -260,8 +337,12 @@ def _diagnose(
         for status in images
     ]
     if not any(s.record.name == "stdlib" and s.problem is None for s in images):
+        other = other_users_image_hint(engine, state)
         _problem(
-            problems, "stdlib image", "no usable stdlib image is recorded", "pybox setup --yes"
+            problems,
+            "stdlib image",
+            f"no usable stdlib image is recorded in {state.root}" + (f". {other}" if other else ""),
+            "pybox setup --yes (as yourself, without sudo)",
         )
     for status in images:
         if status.problem:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pybox._adapters.engine import Engine
 from pybox._adapters.host import apt_sources, base_mirror, os_codename
-from pybox._adapters.rootfs import LocalRootfsBuilder, Progress, RootfsBuilder
+from pybox._adapters.rootfs import Progress, RootfsBuilder
+from pybox._adapters.rootfs_unshare import BuildAccess, build_access, local_builder
 from pybox._adapters.state import StateStore
-from pybox._core.errors import ConfigError, ImageBuildError, ImageError
+from pybox._core.errors import ConfigError, ImageBuildError, ImageError, PyboxError
 from pybox._core.images import (
     IMAGE_REPO_PREFIX,
     LABEL_IMAGE,
@@ -77,6 +80,56 @@ def plan_stdlib(
     return BuildPlan(recipe, keyring, found_in, reference, bool(up_to_date), recorded)
 
 
+def unrecorded_stdlib(engine: Engine, state: StateStore) -> str | None:
+    """`reference (id)` of a pybox stdlib image the engine holds under this machine's
+    recipe but `state` does not record: another user's pybox built it. None if none."""
+    try:
+        plan = plan_stdlib(engine, state)
+        found = engine.inspect_image(plan.reference)
+    except PyboxError:
+        return None
+    labels = ((found or {}).get("Config") or {}).get("Labels") or {}
+    if found is None or labels.get(LABEL_IMAGE) != "stdlib":
+        return None
+    return f"{plan.reference} ({str(found.get('Id'))[:19]})"
+
+
+def other_users_image_hint(engine: Engine, state: StateStore) -> str | None:
+    """What to do when the engine has a stdlib image that only another user's state records."""
+    other = unrecorded_stdlib(engine, state)
+    if other is None:
+        return None
+    return (
+        f"The engine holds a pybox stdlib image, {other}, that {state.root} does not record: "
+        "another user's pybox built it (each user's pybox records its own images, and "
+        "`sudo pybox setup` records them in root's state). Run `pybox setup --yes` as "
+        "yourself, without sudo: it builds and records your own, and needs no root."
+    )
+
+
+def stdlib_build_access() -> BuildAccess:
+    """What building the stdlib image needs from this user here, and what is missing."""
+    return build_access()
+
+
+def sudo_problem(environ: Mapping[str, str], state_root: str) -> str | None:
+    """Why building now would record the image where the user's pybox never looks.
+
+    `sudo pybox setup` runs as root with root's home, so the image lands in
+    root's state while the user's own pybox keeps asking for one. Building as
+    the user needs no root; an explicit PYBOX_STATE_DIR says the place is meant.
+    """
+    user = environ.get("SUDO_USER", "")
+    if os.geteuid() != 0 or user in ("", "root") or environ.get("PYBOX_STATE_DIR"):
+        return None
+    return (
+        f"pybox runs as root through sudo, so the image would be recorded in root's state "
+        f"({state_root}), where {user}'s pybox never looks. Run `pybox setup --yes` as {user}, "
+        "without sudo: the build needs no root (mmdebstrap in a user namespace). To build "
+        "into root's state on purpose, set PYBOX_STATE_DIR."
+    )
+
+
 def build_stdlib(
     engine: Engine,
     state: StateStore,
@@ -88,13 +141,14 @@ def build_stdlib(
 ) -> ImageRecord:
     """Bootstrap, strip, import and record the stdlib image.
 
-    The tree is made by `builder`: on this machine by default, or inside
-    pybox's VM on macOS; the recipe, the preparation and the import are the same.
+    The tree is made by `builder`: on this machine by default (debootstrap as
+    root, else mmdebstrap in a user namespace), or inside pybox's VM on macOS;
+    the recipe, the preparation and the import are the same.
     """
     if plan.up_to_date and not force and plan.recorded is not None:
         progress(f"stdlib is up to date ({plan.recorded.image_id[:19]}); nothing to build")
         return plan.recorded
-    builder = builder or LocalRootfsBuilder()
+    builder = builder or local_builder()
     builder.require_tools(progress)
     recipe = plan.recipe
     with builder.workspace(progress) as root:

@@ -20,7 +20,7 @@ from pybox._adapters.engine import Engine
 from pybox._adapters.host import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
-from pybox._core.errors import ImageError, LimitExceeded
+from pybox._core.errors import ImageError, LimitExceeded, PyboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
 from pybox._core.pool import PoolSettings
@@ -38,6 +38,7 @@ from pybox._orchestration.images import (
     ImageStatus,
     build_stdlib,
     check_images,
+    other_users_image_hint,
     plan_stdlib,
     verify_for_run,
 )
@@ -176,11 +177,21 @@ class Session:
                 if name == "stdlib"
                 else f"Build it with `pybox image build {name}`."
             )
+            if name == "stdlib":
+                # Not the same advice again: the loop after `sudo pybox setup` ends here.
+                hint = self._other_users_image_hint() or hint
             raise ImageError(
                 f"No image named {name!r} is recorded in {self.state.root} (recorded: {known}). "
                 + hint
             )
         return record
+
+    def _other_users_image_hint(self) -> str | None:
+        try:
+            engine = self.engine
+        except PyboxError:
+            return None  # the run itself reports the unreachable engine
+        return other_users_image_hint(engine, self.state)
 
     def verified_image(self, name: str) -> ImageRecord:
         """The recorded image, checked against the engine (ID, name and recipe labels)

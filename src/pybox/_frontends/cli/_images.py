@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 
-from pybox._core.errors import InvalidRequest, PyboxError
+from pybox._core.errors import EngineError, InvalidRequest, PyboxError
 from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
@@ -21,8 +22,8 @@ from pybox._frontends.cli._common import (
     say,
     tool_paths,
 )
-from pybox._orchestration.doctor import READY_COMMAND
-from pybox._orchestration.images import BuildPlan
+from pybox._orchestration.doctor import READY_COMMAND, engine_problem_step
+from pybox._orchestration.images import BuildPlan, stdlib_build_access, sudo_problem
 from pybox._orchestration.session import Session
 from pybox._orchestration.vm import (
     colima_of,
@@ -45,18 +46,26 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def _setup_local(args: argparse.Namespace, session: Session) -> int:
-    """Linux: report the local engine, boxes and images; build the image with --yes."""
-    engine = session.engine_report()
+    """Linux: report the local engine, boxes, images and what the build needs from this
+    user; build the image with --yes."""
     say("  platform: linux: boxes run on the local engine")
-    say(
-        f"  engine: {engine['socket']} ({engine['found_by']}), Docker {engine['server_version']}, "
-        f"API {engine['api_version']}, cgroup v{engine['cgroup_version']} "
-        f"({engine['cgroup_driver']}), runtimes {', '.join(engine['runtimes'])}"
-    )
-    _report_boxes(session)
-    _report_state(session, args.yes)
-    plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
-    _report_image(plan, args.yes)
+    engine_ok = _report_engine(session)
+    plan = None
+    if engine_ok:
+        _report_boxes(session)
+        _report_state(session, args.yes)
+        plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
+        _report_image(plan, args.yes)
+    build_ok = plan is not None and plan.up_to_date and not args.force
+    sudo = None if build_ok else sudo_problem(os.environ, str(session.state.root))
+    if sudo is not None:
+        say(f"  PROBLEM: {sudo}")
+    if not build_ok:
+        build_ok = _report_build_access()
+    if not (engine_ok and build_ok) or sudo is not None:
+        say("Nothing was changed. Fix what is marked above, then run `pybox setup` again.")
+        return EXIT_PYBOX_FAILED
+    assert plan is not None
     if not args.yes:
         say("  then:   would run print(6*7) in a fresh box to check the whole path")
         say("Run `pybox setup --yes` to do this.")
@@ -65,6 +74,37 @@ def _setup_local(args: argparse.Namespace, session: Session) -> int:
     _check_run(session)
     say(f"pybox is ready: {READY_COMMAND}")
     return 0
+
+
+def _report_engine(session: Session) -> bool:
+    """The engine line: its facts, or why it cannot be reached and the step that fixes it."""
+    try:
+        engine = session.engine_report()
+    except EngineError as exc:
+        say(f"  engine: UNREACHABLE: {exc}")
+        say(f"    next: {engine_problem_step(os.environ, exc)}")
+        return False
+    say(
+        f"  engine: {engine['socket']} ({engine['found_by']}), Docker {engine['server_version']}, "
+        f"API {engine['api_version']}, cgroup v{engine['cgroup_version']} "
+        f"({engine['cgroup_driver']}), runtimes {', '.join(engine['runtimes'])}"
+    )
+    return True
+
+
+def _report_build_access() -> bool:
+    """Exactly what building the image needs from this user, what it has and what it lacks."""
+    access = stdlib_build_access()
+    who = "root" if access.is_root else f"{access.user}, not root"
+    say(f"  build:  as {who}: the tree is made with {access.method}; it needs:")
+    if not access.is_root:
+        say("    privileges: no root; root only inside a user namespace mapped onto your IDs")
+    for need in access.needs:
+        if need.have:
+            say(f"    found:   {need.what}")
+        else:
+            say(f"    MISSING: {need.what} -> next: {need.fix}")
+    return not access.missing
 
 
 def _setup_colima(args: argparse.Namespace, session: Session) -> int:

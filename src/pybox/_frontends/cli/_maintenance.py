@@ -34,9 +34,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     report = diagnose(os.environ, args.config, tool_paths(args))
+    # A problem found is a failure: scripts and CI can rely on the exit code.
+    code = 0 if report["ok"] else EXIT_PYBOX_FAILED
     if args.json:
         say(json.dumps(report, indent=2), sys.stdout)
-        return 0
+        return code
     out = sys.stdout
     platform_facts = report["platform"]
     say(
@@ -79,20 +81,29 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         digest = confinement["seccomp_profile_sha256"] or "unreadable"
         say(f"filter: seccomp profile {confinement['seccomp_profile']} {digest[:19]}", out)
         say(f"        {confinement['apparmor']}", out)
+    unchecked = report["unchecked"]
+    if "images" in unchecked:
+        say(f"images: {unchecked['images']}", out)
     for image in report.get("images", []):
         say(
             f"image:  {image['name']} {image['image_id'][:19]} {image['problem'] or 'ok'}",
             out,
         )
-    boxes = report.get("boxes", [])
-    say(f"boxes:  {len(boxes)} pybox box(es) exist", out)
+    if "boxes" in report:
+        say(f"boxes:  {len(report['boxes'])} pybox box(es) exist", out)
+    else:
+        say(f"boxes:  {unchecked.get('boxes', 'unknown')}", out)
     for problem in report["problems"]:
         say(f"problem: {problem['what']}: {problem['detail']} -> next: {problem['next']}", out)
-    if not report["problems"]:
-        say("no problems found", out)
+    say(
+        "ok: no problems found"
+        if report["ok"]
+        else f"NOT ok: {len(report['problems'])} problem(s) found",
+        out,
+    )
     for step in report["next"]:
         say(f"next:   {step}", out)
-    return 0
+    return code
 
 
 def cmd_version(args: argparse.Namespace) -> int:
