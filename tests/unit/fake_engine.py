@@ -392,6 +392,9 @@ class FakeEngine:
         image = self.images.pop(reference, None)
         if image is not None and reference in image.get("RepoTags", []):
             image["RepoTags"].remove(reference)
+            if not image["RepoTags"] and not image.get("RepoDigests"):
+                # Like the engine: the last reference gone, the image goes.
+                self.images.pop(str(image["Id"]), None)
         return image is not None
 
     def names(self, operation: str) -> list[str]:
@@ -428,7 +431,9 @@ class FakeEngine:
     def commit(self, container_id: str, repo: str, tag: str, config: JSONObject) -> str:
         self._call("commit", f"{repo}:{tag}")
         image_id = "sha256:" + f"{len(self.images) + 1:02x}" * 32
-        self.images[image_id] = {"Id": image_id, "Config": copy.deepcopy(config)}
+        image = {"Id": image_id, "Config": copy.deepcopy(config), "RepoTags": [f"{repo}:{tag}"]}
+        self.images[image_id] = image
+        self.images[f"{repo}:{tag}"] = image
         return image_id
 
     def tag_image(self, reference: str, repo: str, tag: str) -> None:

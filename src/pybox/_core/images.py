@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +95,18 @@ class ImageRecord:
             "digest": self.digest,
             "lock_path": self.lock_path,
         }
+
+    @property
+    def rebuild_command(self) -> str:
+        """The command that builds this image again from what it was built from.
+
+        A lock-built image names its lock file by the absolute path recorded at
+        build time, so the command works as printed from any folder (without
+        `--lock`, `pybox image build NAME` takes pybox's shipped lock of that name).
+        """
+        if self.lock_path and self.name != "stdlib":
+            return f"pybox image build {self.name} --lock {shlex.quote(self.lock_path)}"
+        return f"pybox image build {self.name}"
 
     @property
     def lock_sha256(self) -> str | None:

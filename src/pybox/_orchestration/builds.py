@@ -63,6 +63,7 @@ from pybox._core.posture import (
     WORK_DIR,
 )
 from pybox._orchestration.cleanup import remove_and_confirm
+from pybox._orchestration.images import Replaced
 
 LOCK_BUILDER_VERSION = 1
 VENV_DIR = "/opt/venv"
@@ -221,6 +222,8 @@ class BuildResult:
     built: bool
     steps: tuple[BuildStep, ...] = ()
     interfaces_after_install: tuple[str, ...] = ()
+    # The image this build replaced (set by ImageOperations.build), if any.
+    replaced: Replaced | None = None
 
 
 def build_box_body(
