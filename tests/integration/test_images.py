@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -423,6 +424,10 @@ def test_a_changed_lock_is_rebuilt_as_printed_and_the_old_image_goes(
         assert second is not None and second.image_id != first.image_id
         new_id = second.image_id
         assert f"removed the replaced {name} image {first.image_id[:19]}" in rebuilt.stderr.decode()
+        # Which Python the packages were installed for: in the output and the record.
+        assert second.python is not None
+        assert re.fullmatch(r"CPython 3\.\d+\.\d+ \(cp3\d+\) on \w+", second.python)
+        assert f"installing for the image's Python: {second.python}" in rebuilt.stderr.decode()
         assert engine.inspect_image(first.image_id) is None
         assert _pybox(["image", "verify", name], env, tmp_path).returncode == 0
     finally:

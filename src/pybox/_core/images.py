@@ -77,6 +77,9 @@ class ImageRecord:
     # Set for images pulled by digest, and for images built from a lock file.
     digest: str | None = None
     lock_path: str | None = None
+    # The Python a lock-built image's packages were installed for, as the build
+    # box reported it ("CPython 3.11.2 (cp311) on x86_64"); None when not known.
+    python: str | None = None
 
     @property
     def reference(self) -> str:
@@ -94,6 +97,7 @@ class ImageRecord:
             "recipe": self.recipe,
             "digest": self.digest,
             "lock_path": self.lock_path,
+            "python": self.python,
         }
 
     @property
@@ -130,6 +134,7 @@ class ImageRecord:
                 recipe=dict(data.get("recipe", {})),
                 digest=_optional_str(data.get("digest")),
                 lock_path=_optional_str(data.get("lock_path")),
+                python=_optional_str(data.get("python")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(

@@ -51,7 +51,7 @@ from pybox._core.images import (
     check_image_name,
 )
 from pybox._core.limits import MIB
-from pybox._core.locks import Lock, normalize_name, parse_lock
+from pybox._core.locks import Lock, normalize_name, parse_lock, wheel_pythons, wheels_missing
 from pybox._core.posture import (
     BOX_USER,
     DEFAULT_PATH,
@@ -98,6 +98,44 @@ _CHECK_SCRIPT = (
     " for d in m.distributions())}))\n"
 )
 _CLEAN_SCRIPT = f"import shutil; shutil.rmtree({BUILD_DIR!r})\n"
+# The venv step also says which Python the packages are installed for.
+_VENV_SCRIPT = (
+    "import json, platform, sys, venv\n"
+    f"venv.create({VENV_DIR!r}, with_pip=False, symlinks=True)\n"
+    "print(json.dumps({'implementation': platform.python_implementation(),"
+    " 'version': platform.python_version(), 'tag': 'cp%d%d' % sys.version_info[:2],"
+    " 'machine': platform.machine()}))\n"
+)
+
+
+@dataclass(frozen=True)
+class BoxPython:
+    """The build box's Python, as it reported itself (None: it did not say)."""
+
+    implementation: str
+    version: str
+    tag: str
+    machine: str
+
+    def describe(self) -> str:
+        return f"{self.implementation} {self.version} ({self.tag}) on {self.machine}"
+
+
+def box_python(lines: list[str]) -> BoxPython | None:
+    for line in reversed(lines):
+        try:
+            found = json.loads(line)
+            return BoxPython(
+                str(found["implementation"]),
+                str(found["version"]),
+                str(found["tag"]),
+                str(found["machine"]),
+            )
+        except (ValueError, TypeError, KeyError):
+            continue
+    return None
+
+
 _SHOWN_PIP_LINES = ("Collecting", "Installing collected", "Successfully installed", "ERROR")
 
 
@@ -494,15 +532,13 @@ def build_lock_image(
             lambda: engine.put_archive(container_id, "/", _tar(files)),
         )
         engine.start_container(container_id)
-        _checked(
-            box.step(
-                f"create a virtual environment at {VENV_DIR}",
-                lambda: box.run(
-                    [BASE_PYTHON, "-m", "venv", "--without-pip", VENV_DIR], STEP_TIMEOUT_S
-                ),
-            ),
-            "creating the virtual environment",
+        venv_outcome = box.step(
+            f"create a virtual environment at {VENV_DIR}",
+            lambda: box.run([BASE_PYTHON, "-I", "-c", _VENV_SCRIPT], STEP_TIMEOUT_S),
         )
+        _checked(venv_outcome, "creating the virtual environment")
+        python = box_python(venv_outcome[1])
+        _check_python(plan, python, box.say)
         install_argv = [
             VENV_PYTHON,
             f"{BUILD_DIR}/{wheel_name}/pip",
@@ -534,6 +570,8 @@ def build_lock_image(
             package, why = explain_pip_failure(lines)
             tail = "\n  ".join(redact(line) for line in lines[-12:])
             which = f" while installing {package}" if package else ""
+            if python is not None:
+                which += f" for {python.describe()}"
             raise ImageBuildError(
                 f"Building {plan.name} failed{which}: {why}.\n"
                 f"pip's last lines (exit {code}):\n  {tail}\n"
@@ -586,13 +624,33 @@ def build_lock_image(
         packages=installed,
         recipe=plan.recipe.to_dict(),
         lock_path=str(plan.lock_path.resolve()),
+        python=python.describe() if python is not None else None,
     )
     state.record_image(record)
     progress(
         f"[{time.monotonic() - started:6.1f}s] recorded {plan.name} as {image_id} "
-        f"(recipe {plan.recipe.hash}) in {state.images_file}"
+        f"(recipe {plan.recipe.hash}, packages for "
+        f"{record.python or 'a Python that did not say which it is'}) in {state.images_file}"
     )
     return BuildResult(record, True, tuple(box.steps), interfaces)
+
+
+def _check_python(plan: LockBuildPlan, python: BoxPython | None, say: Progress) -> None:
+    """Say which Python the packages are for; refuse, before the network is
+    attached, a lock whose named wheels leave out this Python or machine."""
+    if python is None:
+        say("the image's Python did not say which it is; pip decides what fits")
+        return
+    say(f"installing for the image's Python: {python.describe()}, {BASE_PYTHON} of stdlib")
+    missing = wheels_missing(plan.lock, python.tag, python.machine)
+    if missing:
+        covered = ", ".join(wheel_pythons(plan.lock)) or "none"
+        raise ImageBuildError(
+            f"{plan.lock_path} has no wheel for the image's Python, {python.describe()}, of "
+            f"{', '.join(missing)} (its wheels are for {covered}). Regenerate the lock for "
+            f"{python.tag} (scripts/lock), or build stdlib on a Debian suite whose python3 "
+            "the lock covers."
+        )
 
 
 def _normalized_pin(pin: str) -> str:

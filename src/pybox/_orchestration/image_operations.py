@@ -131,6 +131,8 @@ class ImageOperations:
                     f"built on an earlier stdlib image; `{record.rebuild_command}` would "
                     "rebuild it on the current one"
                 )
+        if record.python:
+            checks.append(f"its packages were installed for {record.python}")
         if record.digest:
             checks.append(f"pinned by digest {record.digest}")
         return Verification(record, tuple(problems), tuple(checks))
