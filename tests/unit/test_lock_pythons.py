@@ -171,3 +171,26 @@ def test_a_lock_without_a_wheel_for_the_image_python_is_refused_before_the_netwo
     assert not any(" install " in argv for argv in engine.names("exec"))
     assert engine.containers == {}
     assert state.image("tools") is None
+
+
+def test_explain_pip_failure_reads_pips_current_hash_mismatch_report() -> None:
+    # pip 26's lines, as a real build printed them (the index host left out).
+    lines = [
+        "Collecting six==1.17.0 (from -r /pybox-build/requirements.txt (line 1))",
+        "  Downloading six-1.17.0-py2.py3-none-any.whl (11 kB)",
+        "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you "
+        "have updated the package versions, please update the hashes. Otherwise, examine the "
+        "package contents carefully; someone may have tampered with them.",
+        "    six==1.17.0 from https://files.invalid/packages/six-1.17.0-py2.py3-none-any.whl "
+        "(from -r /pybox-build/requirements.txt (line 1)):",
+        f"        Expected sha256 {'0' * 64}",
+        f"        Expected     or {'1' * 64}",
+        f"             Got        {C}",
+        "",
+    ]
+    package, why = builds.explain_pip_failure(lines)
+    assert package == "six==1.17.0"
+    assert why == (
+        f"the downloaded file's sha256 is {C}, but the lock allows only {'0' * 64} or "
+        f"{'1' * 64}: the lock is wrong or the file was tampered with"
+    )

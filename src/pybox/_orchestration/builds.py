@@ -331,8 +331,10 @@ def _tar(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-_HASH_FAILURE_RE = re.compile(r"^\s+(?P<pin>\S+==\S+) from (?P<url>\S+?):?$")
-_EXPECTED_RE = re.compile(r"^\s+Expected sha256 (?P<hex>\S+)")
+# pip 23-26: "    six==1.17.0 from https://.../six-...whl (from -r FILE (line 1)):"
+_HASH_FAILURE_RE = re.compile(r"^\s+(?P<pin>\S+==\S+) from (?P<url>\S+?)(?: \(from .*\))?:?$")
+# "Expected sha256 HEX", then "Expected     or HEX" for each further allowed hash.
+_EXPECTED_RE = re.compile(r"^\s+Expected\s+(?:sha256|or)\s+(?P<hex>[0-9a-f]+)")
 _GOT_RE = re.compile(r"^\s+Got\s+(?P<hex>\S+)")
 _NOT_FOUND_RE = re.compile(
     r"(?:Could not find a version that satisfies the requirement|"
@@ -352,16 +354,19 @@ def explain_pip_failure(lines: list[str]) -> tuple[str | None, str]:
             for follow_index in range(index + 1, len(lines)):
                 match = _HASH_FAILURE_RE.match(lines[follow_index])
                 if match:
-                    expected = got = "?"
-                    for after in lines[follow_index + 1 : follow_index + 8]:
+                    expected: list[str] = []
+                    got = "?"
+                    for after in lines[follow_index + 1 : follow_index + 40]:
                         if m := _EXPECTED_RE.match(after):
-                            expected = m.group("hex")
-                        if m := _GOT_RE.match(after):
+                            expected.append(m.group("hex"))
+                        elif m := _GOT_RE.match(after):
                             got = m.group("hex")
+                            break
                     return (
                         match.group("pin"),
                         f"the downloaded file's sha256 is {got}, but the lock allows only "
-                        f"{expected}: the lock is wrong or the file was tampered with",
+                        f"{' or '.join(expected) or '?'}: the lock is wrong or the file was "
+                        "tampered with",
                     )
     unreachable = [line.strip() for line in lines if _UNREACHABLE_RE.search(line)]
     for line in lines:
@@ -573,7 +578,7 @@ def build_lock_image(
             if python is not None:
                 which += f" for {python.describe()}"
             raise ImageBuildError(
-                f"Building {plan.name} failed{which}: {why}.\n"
+                f"Building {plan.name} failed{which}: {why.rstrip('.')}.\n"
                 f"pip's last lines (exit {code}):\n  {tail}\n"
                 f"Fix the lock file {plan.lock_path} and build again."
             )
