@@ -27,6 +27,7 @@ import pytest
 from pybox._adapters.engine import Engine
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageBuildError
+from pybox._core.images import state_mark
 from pybox._core.limits import Policy
 from pybox._core.posture import LABEL_MANAGED
 from pybox._orchestration.session import Session
@@ -150,6 +151,7 @@ def test_lock_build_has_network_only_for_the_install_and_runs_sealed(
             "io.pybox.image": "tiny-test",
             "io.pybox.recipe": record.recipe_hash,
             "io.pybox.python": "/opt/venv/bin/python3",
+            "io.pybox.state": state_mark(str(private_state)),
         }
         # The same lock again is up to date: nothing is built.
         again = operations.build(operations.plan_build("tiny-test", str(lock)), quiet)

@@ -13,9 +13,11 @@ import pytest
 from pybox._adapters.piptool import PipSettings
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError
+from pybox._core.images import state_mark
 from pybox._frontends.cli import build_parser
 from pybox._orchestration import builds, image_operations
 from pybox._orchestration.image_operations import ImageOperations
+from pybox._orchestration.images import remove_replaced
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine
 
@@ -143,4 +145,40 @@ def test_a_record_that_points_at_another_image_is_never_removed(
     result = ops.build(ops.plan_build("tools", str(lock)), lambda message: None)
     assert result.replaced is not None and result.replaced.removed == ()
     assert engine.inspect_image(old.image_id) is not None
+    assert engine.names("remove_image") == []
+
+
+def test_an_image_another_state_directory_built_is_kept(
+    engine: FakeEngine, state: StateStore, tmp_path: Path
+) -> None:
+    """A copied images.json (or another user's state) may record it too."""
+    lock = tmp_path / "tools.lock"
+    lock.write_text(LOCK_TEXT)
+    ops = operations(engine, state)
+    old = build(ops, str(lock)).record
+    labels = engine.images[old.image_id]["Config"]["Labels"]
+    assert labels["io.pybox.state"] == state_mark(str(state.root))
+    labels["io.pybox.state"] = state_mark("/some/other/state")
+    lock.write_text(LOCK_TEXT + "# edited\n")
+    result = ops.build(ops.plan_build("tools", str(lock)), lambda message: None)
+    assert result.replaced is not None and result.replaced.removed == ()
+    assert result.replaced.kept_because is not None
+    assert "not built with this state directory" in result.replaced.kept_because
+    assert engine.inspect_image(old.image_id) is not None
+    assert engine.names("remove_image") == []
+
+
+def test_a_replaced_base_image_is_kept_while_an_image_is_built_on_it(
+    engine: FakeEngine, state: StateStore, tmp_path: Path
+) -> None:
+    lock = tmp_path / "tools.lock"
+    lock.write_text(LOCK_TEXT)
+    build(operations(engine, state), str(lock))
+    stdlib = state.image("stdlib")
+    assert stdlib is not None
+    rebuilt = dataclasses.replace(stdlib, image_id="sha256:" + "9" * 64)
+    state.record_image(rebuilt)
+    replaced = remove_replaced(engine, state, stdlib, rebuilt)
+    assert replaced is not None and replaced.kept_because == "tools is built on it"
+    assert engine.inspect_image(stdlib.image_id) is not None
     assert engine.names("remove_image") == []

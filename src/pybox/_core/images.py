@@ -22,6 +22,14 @@ IMAGE_REPO_PREFIX = "pybox/"
 LABEL_IMAGE = "io.pybox.image"
 LABEL_RECIPE = "io.pybox.recipe"
 LABEL_PYTHON = "io.pybox.python"
+# Which state directory built the image (a hash of its path, not the path): a
+# rebuild removes the image it replaced only when this state directory made it,
+# since another one (another user, a copied images.json) may still record it.
+LABEL_STATE = "io.pybox.state"
+
+
+def state_mark(state_root: str) -> str:
+    return "sha256:" + hashlib.sha256(state_root.encode("utf-8")).hexdigest()[:32]
 
 
 def check_image_name(name: object) -> str:

@@ -46,9 +46,11 @@ from pybox._core.images import (
     LABEL_IMAGE,
     LABEL_PYTHON,
     LABEL_RECIPE,
+    LABEL_STATE,
     ImageRecord,
     Recipe,
     check_image_name,
+    state_mark,
 )
 from pybox._core.limits import MIB
 from pybox._core.locks import Lock, normalize_name, parse_lock, wheel_pythons, wheels_missing
@@ -608,7 +610,9 @@ def build_lock_image(
         repo, tag = plan.reference.split(":", 1)
         image_id = box.step(
             f"commit as {plan.reference}",
-            lambda: engine.commit(container_id, repo, tag, _image_config(plan)),
+            lambda: engine.commit(
+                container_id, repo, tag, _image_config(plan, state_mark(str(state.root)))
+            ),
         )
     except EngineError as exc:
         raise ImageBuildError(f"Building {plan.name} failed: the engine said: {exc}") from exc
@@ -681,7 +685,7 @@ def _compare(plan: LockBuildPlan, installed: tuple[str, ...]) -> None:
         )
 
 
-def _image_config(plan: LockBuildPlan) -> JSONObject:
+def _image_config(plan: LockBuildPlan, state: str) -> JSONObject:
     """The committed image's whole configuration (the build box's own is not kept)."""
     return {
         "User": BOX_USER,
@@ -697,6 +701,7 @@ def _image_config(plan: LockBuildPlan) -> JSONObject:
             LABEL_IMAGE: plan.name,
             LABEL_RECIPE: plan.recipe.hash,
             LABEL_PYTHON: VENV_PYTHON,
+            LABEL_STATE: state,
         },
         "Healthcheck": {"Test": ["NONE"]},
     }

@@ -14,8 +14,10 @@ from pybox._core.images import (
     IMAGE_REPO_PREFIX,
     LABEL_IMAGE,
     LABEL_RECIPE,
+    LABEL_STATE,
     ImageRecord,
     Recipe,
+    state_mark,
 )
 from pybox._core.posture import BOX_USER, DEFAULT_PATH, WORK_DIR
 
@@ -130,6 +132,7 @@ def build_stdlib(
                 'CMD ["python3"]',
                 "LABEL io.pybox.image=stdlib",
                 f"LABEL io.pybox.recipe={recipe.hash}",
+                f"LABEL {LABEL_STATE}={state_mark(str(state.root))}",
             ],
         )
     record = ImageRecord(
@@ -143,6 +146,10 @@ def build_stdlib(
     )
     state.record_image(record)
     progress(f"recorded stdlib as {image_id} in {state.images_file}")
+    if plan.recorded is not None:
+        replaced = remove_replaced(engine, state, plan.recorded, record)
+        if replaced is not None:
+            progress(replaced.describe("stdlib"))
     return record
 
 
@@ -234,24 +241,37 @@ def remove_replaced(
 ) -> Replaced | None:
     """Remove the image a rebuild of `new.name` replaced, when it is surely pybox's.
 
-    Only the image the replaced record pointed at, only when no record uses it
-    any more, only when the engine still labels it as pybox's image of that name
-    and recipe, and only pybox's own references to it (pybox/NAME:...): a tag
-    someone else added keeps the image in the engine. A container that still
-    uses it (a warm box, say) makes the engine refuse; it is then kept and
-    listed. None when nothing was replaced.
+    Only the image the replaced record pointed at, only when no record of this
+    state directory uses it or is built on it, only when the engine still labels
+    it as pybox's image of that name and recipe, built with this state directory
+    (another one, or a copy of images.json, may record it too), and only pybox's
+    own references to it (pybox/NAME:...): a tag someone else added keeps the
+    image in the engine. A container that still uses it (a warm box, say) makes
+    the engine refuse; it is then kept and listed. None when nothing was replaced.
     """
     if old.image_id == new.image_id:
         return None
-    users = sorted(r.name for r in state.images().values() if r.image_id == old.image_id)
+    records = state.images().values()
+    users = sorted(r.name for r in records if r.image_id == old.image_id)
     if users:
         return Replaced(old.image_id, (), f"still recorded as {', '.join(users)}")
+    built_on = sorted(r.name for r in records if r.recipe.get("base") == old.image_id)
+    if built_on:
+        return Replaced(old.image_id, (), f"{', '.join(built_on)} is built on it")
     present, problem = image_problem(engine, old)
     if not present:
         return Replaced(old.image_id, (), None)
     if problem is not None:
         return Replaced(old.image_id, (), "the engine's image is not the one pybox recorded")
     found = engine.inspect_image(old.image_id) or {}
+    labels = (found.get("Config") or {}).get("Labels") or {}
+    if labels.get(LABEL_STATE) != state_mark(str(state.root)):
+        return Replaced(
+            old.image_id,
+            (),
+            f"it was not built with this state directory ({state.root}), which may not be the "
+            "only one that records it; `docker image rm` removes it when nothing uses it",
+        )
     removed: list[str] = []
     try:
         for reference in _own_references(found, old.name):
