@@ -182,3 +182,20 @@ def test_a_replaced_base_image_is_kept_while_an_image_is_built_on_it(
     assert replaced is not None and replaced.kept_because == "tools is built on it"
     assert engine.inspect_image(stdlib.image_id) is not None
     assert engine.names("remove_image") == []
+
+
+def test_a_replaced_image_already_gone_is_said_so(
+    engine: FakeEngine, state: StateStore, tmp_path: Path
+) -> None:
+    lock = tmp_path / "tools.lock"
+    lock.write_text(LOCK_TEXT)
+    ops = operations(engine, state)
+    old = build(ops, str(lock)).record
+    for reference in list(engine.images[old.image_id]["RepoTags"]):
+        engine.remove_image(reference)
+    assert engine.inspect_image(old.image_id) is None
+    lock.write_text(LOCK_TEXT + "# edited\n")
+    messages: list[str] = []
+    result = ops.build(ops.plan_build("tools", str(lock)), messages.append)
+    assert result.replaced is not None and result.replaced.removed == ()
+    assert f"the replaced tools image {old.image_id[:19]} was no longer in the engine" in messages

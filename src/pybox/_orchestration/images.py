@@ -232,8 +232,9 @@ class Replaced:
     def describe(self, name: str) -> str:
         if self.kept_because is not None:
             return f"kept the replaced {name} image {self.image_id[:19]}: {self.kept_because}"
-        shown = ", ".join(self.removed) or "nothing was left in the engine"
-        return f"removed the replaced {name} image {self.image_id[:19]} ({shown})"
+        if not self.removed:
+            return f"the replaced {name} image {self.image_id[:19]} was no longer in the engine"
+        return f"removed the replaced {name} image {self.image_id[:19]} ({', '.join(self.removed)})"
 
 
 def remove_replaced(
