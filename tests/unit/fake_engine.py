@@ -430,7 +430,9 @@ class FakeEngine:
 
     def commit(self, container_id: str, repo: str, tag: str, config: JSONObject) -> str:
         self._call("commit", f"{repo}:{tag}")
-        image_id = "sha256:" + f"{len(self.images) + 1:02x}" * 32
+        # A new ID for every commit, as the engine's (content hashes that differ).
+        self.commit_count = getattr(self, "commit_count", 0) + 1
+        image_id = "sha256:" + f"{0x80 + self.commit_count:02x}" * 32
         image = {"Id": image_id, "Config": copy.deepcopy(config), "RepoTags": [f"{repo}:{tag}"]}
         self.images[image_id] = image
         self.images[f"{repo}:{tag}"] = image
