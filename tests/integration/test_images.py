@@ -11,9 +11,12 @@ import dataclasses
 import io
 import json
 import os
+import re
+import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ import pytest
 from pybox._adapters.engine import Engine
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageBuildError
+from pybox._core.images import state_mark
 from pybox._core.limits import Policy
 from pybox._core.posture import LABEL_MANAGED
 from pybox._orchestration.session import Session
@@ -150,6 +154,7 @@ def test_lock_build_has_network_only_for_the_install_and_runs_sealed(
             "io.pybox.image": "tiny-test",
             "io.pybox.recipe": record.recipe_hash,
             "io.pybox.python": "/opt/venv/bin/python3",
+            "io.pybox.state": state_mark(str(private_state)),
         }
         # The same lock again is up to date: nothing is built.
         again = operations.build(operations.plan_build("tiny-test", str(lock)), quiet)
@@ -195,7 +200,11 @@ def test_a_tampered_lock_fails_the_build_naming_the_package(
         operations.build(operations.plan_build("tampered", str(lock)), quiet)
     message = str(failure.value)
     assert "while installing six==1.17.0" in message
-    assert "sha256" in message and "tampered" in message
+    # pip's own report, read: which file, what it hashed to, what the lock allows.
+    assert (
+        f"the downloaded file's sha256 is {good}, but the lock allows only {'0' * 64} or "
+        f"{'1' * 64}: the lock is wrong or the file was tampered with." in message
+    )
     assert StateStore(private_state).image("tampered") is None
     assert build_boxes(engine) == []
 
@@ -402,3 +411,61 @@ def test_pull_stdlib_by_digest_and_the_receipt_names_it(
         # Only the registry's reference goes; the image keeps its own tag.
         engine.remove_image(reference)
     assert engine.inspect_image(stdlib.image_id) is not None
+
+
+def _pybox(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "pybox", *args],
+        capture_output=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_a_changed_lock_is_rebuilt_as_printed_and_the_old_image_goes(
+    engine: Engine, private_state: Path, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    name = f"rebuild-{os.urandom(3).hex()}"  # one of this test's own
+    env = dict(cli_env, PYBOX_STATE_DIR=str(private_state))
+    project = tmp_path / "my project"
+    project.mkdir()
+    shutil.copy(SMALL_LOCK, project / "tiny.lock")
+    store = StateStore(private_state)
+    built = _pybox(["image", "build", name, "--lock", "tiny.lock"], env, project)
+    assert built.returncode == 0, built.stderr.decode()
+    first = store.image(name)
+    assert first is not None and first.lock_path == str(project / "tiny.lock")
+    new_id = first.image_id
+    try:
+        (project / "tiny.lock").write_text(SMALL_LOCK.read_text() + "# changed\n")
+        verified = _pybox(["image", "verify", name], env, tmp_path)
+        assert verified.returncode == 125
+        printed = verified.stdout.decode()
+        assert "rebuild it with `" in printed, printed
+        command = printed.split("rebuild it with `")[1].split("`")[0]
+        assert command == f"pybox image build {name} --lock '{project / 'tiny.lock'}'"
+        # As printed, from another folder.
+        rebuilt = _pybox(shlex.split(command)[1:], env, tmp_path)
+        assert rebuilt.returncode == 0, rebuilt.stderr.decode()
+        second = store.image(name)
+        assert second is not None and second.image_id != first.image_id
+        new_id = second.image_id
+        assert f"removed the replaced {name} image {first.image_id[:19]}" in rebuilt.stderr.decode()
+        # Which Python the packages were installed for: in the output and the record.
+        assert second.python is not None
+        assert re.fullmatch(r"CPython 3\.\d+\.\d+ \(cp3\d+\) on \w+", second.python)
+        assert f"installing for the image's Python: {second.python}" in rebuilt.stderr.decode()
+        assert engine.inspect_image(first.image_id) is None
+        assert _pybox(["image", "verify", name], env, tmp_path).returncode == 0
+    finally:
+        removed = _pybox(["image", "rm", name], env, tmp_path)
+        assert removed.returncode == 0, removed.stderr.decode()
+        for image_id in {first.image_id, new_id}:
+            leftover = engine.inspect_image(image_id) or {}
+            for tag in leftover.get("RepoTags") or []:
+                if str(tag).startswith(f"pybox/{name}:"):
+                    engine.remove_image(str(tag))
+    assert engine.inspect_image(new_id) is None
+    assert engine.inspect_image(first.image_id) is None

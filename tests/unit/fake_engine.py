@@ -410,6 +410,9 @@ class FakeEngine:
         image = self.images.pop(reference, None)
         if image is not None and reference in image.get("RepoTags", []):
             image["RepoTags"].remove(reference)
+            if not image["RepoTags"] and not image.get("RepoDigests"):
+                # Like the engine: the last reference gone, the image goes.
+                self.images.pop(str(image["Id"]), None)
         return image is not None
 
     def names(self, operation: str) -> list[str]:
@@ -445,8 +448,12 @@ class FakeEngine:
 
     def commit(self, container_id: str, repo: str, tag: str, config: JSONObject) -> str:
         self._call("commit", f"{repo}:{tag}")
-        image_id = "sha256:" + f"{len(self.images) + 1:02x}" * 32
-        self.images[image_id] = {"Id": image_id, "Config": copy.deepcopy(config)}
+        # A new ID for every commit, as the engine's (content hashes that differ).
+        self.commit_count = getattr(self, "commit_count", 0) + 1
+        image_id = "sha256:" + f"{0x80 + self.commit_count:02x}" * 32
+        image = {"Id": image_id, "Config": copy.deepcopy(config), "RepoTags": [f"{repo}:{tag}"]}
+        self.images[image_id] = image
+        self.images[f"{repo}:{tag}"] = image
         return image_id
 
     def tag_image(self, reference: str, repo: str, tag: str) -> None:

@@ -18,18 +18,81 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
 
 
-def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main([])
-    assert exit_info.value.code == 2
-    assert "pybox --help" in capsys.readouterr().err
+def test_no_command_prints_the_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "usage: pybox" in captured.err
+    assert "exec" in captured.err and "exit codes:" in captured.err
+
+
+def test_a_command_group_without_its_action_prints_its_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["image"]) == 2
+    err = capsys.readouterr().err
+    assert "usage: pybox image" in err and "build" in err
 
 
 def test_unknown_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["exec", "-", "--network", "host"])
     assert exit_info.value.code == 2
-    assert "unrecognized arguments: --network host" in capsys.readouterr().err
+    assert "unknown option --network" in capsys.readouterr().err
+
+
+def test_a_typod_flag_is_an_error_not_the_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "3").write_text("print(1)\n")  # what the typo would otherwise run
+    (tmp_path / "job.py").write_text("print(1)\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["exec", "--tmeout", "3", "job.py"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "pybox: unknown option --tmeout (did you mean --timeout?)" in err
+    assert "job.py" not in err.splitlines()[-1]
+    assert "pybox exec --help" in err
+
+
+def test_a_stray_argument_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["exec", "job.py", "extra.py"])
+    assert exit_info.value.code == 2
+    assert "unexpected argument: extra.py" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["exec", "--config", "x.toml", "job.py"], "pybox --config x.toml exec [...]"),
+        (["image", "build", "--config=x.toml", "data"], "pybox --config x.toml image build [...]"),
+    ],
+)
+def test_config_after_the_command_says_where_it_goes(
+    capsys: pytest.CaptureFixture[str], argv: list[str], hint: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--config is a global option: put it before the command" in err
+    assert hint in err
+
+
+def test_help_shows_defaults_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["exec", "--help"])
+    assert exit_info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--timeout S wall-clock limit in seconds (default: 30 s" in out
+    assert "(default: stdlib)" in out
+    assert "exit codes:" in out and "124 it timed out" in out and "130 stopped" in out
+    assert "(default: None)" not in out and "(default: False)" not in out
+    with pytest.raises(SystemExit):
+        main(["repair", "--help"])
+    assert "(default: 4 rounds" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,14 @@ IMAGE_REPO_PREFIX = "pybox/"
 LABEL_IMAGE = "io.pybox.image"
 LABEL_RECIPE = "io.pybox.recipe"
 LABEL_PYTHON = "io.pybox.python"
+# Which state directory built the image (a hash of its path, not the path): a
+# rebuild removes the image it replaced only when this state directory made it,
+# since another one (another user, a copied images.json) may still record it.
+LABEL_STATE = "io.pybox.state"
+
+
+def state_mark(state_root: str) -> str:
+    return "sha256:" + hashlib.sha256(state_root.encode("utf-8")).hexdigest()[:32]
 
 
 def check_image_name(name: object) -> str:
@@ -76,6 +85,9 @@ class ImageRecord:
     # Set for images pulled by digest, and for images built from a lock file.
     digest: str | None = None
     lock_path: str | None = None
+    # The Python a lock-built image's packages were installed for, as the build
+    # box reported it ("CPython 3.11.2 (cp311) on x86_64"); None when not known.
+    python: str | None = None
 
     @property
     def reference(self) -> str:
@@ -93,7 +105,20 @@ class ImageRecord:
             "recipe": self.recipe,
             "digest": self.digest,
             "lock_path": self.lock_path,
+            "python": self.python,
         }
+
+    @property
+    def rebuild_command(self) -> str:
+        """The command that builds this image again from what it was built from.
+
+        A lock-built image names its lock file by the absolute path recorded at
+        build time, so the command works as printed from any folder (without
+        `--lock`, `pybox image build NAME` takes pybox's shipped lock of that name).
+        """
+        if self.lock_path and self.name != "stdlib":
+            return f"pybox image build {self.name} --lock {shlex.quote(self.lock_path)}"
+        return f"pybox image build {self.name}"
 
     @property
     def lock_sha256(self) -> str | None:
@@ -117,6 +142,7 @@ class ImageRecord:
                 recipe=dict(data.get("recipe", {})),
                 digest=_optional_str(data.get("digest")),
                 lock_path=_optional_str(data.get("lock_path")),
+                python=_optional_str(data.get("python")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(

@@ -7,6 +7,11 @@ let pip fetch something the hashes do not pin (a URL, a path, an editable, an
 index or find-links option, an include) is refused, and the message says which
 line and what to do. pip then installs a file pybox writes from the parsed
 values, never the file as given.
+
+A lock made by pybox's scripts/lock also names, on `# wheel: FILE sha256:HEX`
+comment lines under each package, the wheel each of its hashes is. pip ignores
+them; pybox checks each against the package's own hashes, and before a build
+checks that the image's Python and machine have a wheel for every package.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ _REQUIREMENT_RE = re.compile(
     r"\s*(?:;\s*(?P<marker>[A-Za-z0-9_.<>=!~'\"() ,-]+?))?\s*$"
 )
 _HASH_RE = re.compile(r"--hash[= ](?P<algo>[a-z0-9]+):(?P<digest>[0-9a-fA-F]+)")
+_WHEEL_COMMENT_RE = re.compile(
+    r"\s*#\s*wheel:\s*(?P<file>[A-Za-z0-9._+!-]+\.whl)\s+sha256:(?P<digest>[0-9a-f]{64})\s*"
+)
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 _REFUSED_OPTIONS = {
@@ -63,6 +71,8 @@ class LockedRequirement:
     hashes: tuple[str, ...]
     extras: tuple[str, ...] = ()
     marker: str | None = None
+    # The wheel file names its `# wheel:` comments give (scripts/lock writes them).
+    wheels: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -241,5 +251,85 @@ def parse_lock(text: str, source: str) -> Lock:
     return Lock(
         source=source,
         sha256="sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest(),
-        requirements=tuple(requirements),
+        requirements=_with_wheels(text, source, requirements),
     )
+
+
+def _with_wheels(
+    text: str, source: str, requirements: list[LockedRequirement]
+) -> tuple[LockedRequirement, ...]:
+    """Attach each `# wheel:` comment to its package; one whose hash the package
+    does not hold is refused, so the names can be trusted as far as the hashes."""
+    by_pin = {(r.key, r.version): r for r in requirements}
+    wheels: dict[str, list[str]] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        found = _WHEEL_COMMENT_RE.fullmatch(raw)
+        if found is None:
+            continue
+        name, version = wheel_tags(found.group("file"))[:2]
+        owner = by_pin.get((normalize_name(name), version))
+        if owner is None or f"sha256:{found.group('digest')}" not in owner.hashes:
+            raise _refuse(
+                source,
+                number,
+                raw.strip(),
+                "a wheel comment whose package or hash the lock does not hold",
+                "Regenerate the lock (scripts/lock) instead of editing it",
+            )
+        wheels.setdefault(owner.key, []).append(found.group("file"))
+    return tuple(
+        LockedRequirement(r.name, r.version, r.hashes, r.extras, r.marker, tuple(wheels[r.key]))
+        if r.key in wheels
+        else r
+        for r in requirements
+    )
+
+
+def wheel_tags(filename: str) -> tuple[str, str, str, str, str]:
+    """(name, version, python tags, abi tag, platform tags) of a wheel file name."""
+    parts = filename[: -len(".whl")].split("-")
+    if len(parts) not in (5, 6):
+        return (parts[0], parts[1] if len(parts) > 1 else "", "", "", "")
+    return (parts[0], parts[1], parts[-3], parts[-2], parts[-1])
+
+
+def wheel_fits(filename: str, python_tag: str, machine: str) -> bool:
+    """Whether pip could install this wheel on CPython `python_tag` (cp311) on `machine`."""
+    _, _, pythons, abi, platforms = wheel_tags(filename)
+    minor = int(python_tag[3:]) if python_tag[3:].isdigit() else 0
+    python_ok = any(
+        tag == python_tag
+        or (abi == "none" and tag.startswith("py3"))
+        or (abi == "abi3" and tag.startswith("cp3") and tag[3:].isdigit() and int(tag[3:]) <= minor)
+        for tag in pythons.split(".")
+    )
+    platform_ok = any(
+        tag == "any" or (tag.startswith("manylinux") and tag.endswith("_" + machine))
+        for tag in platforms.split(".")
+    )
+    return python_ok and platform_ok
+
+
+def wheels_missing(lock: Lock, python_tag: str, machine: str) -> tuple[str, ...]:
+    """The packages whose named wheels include none for this Python and machine.
+
+    Only packages with `# wheel:` comments are checked: a lock without them
+    (pip-compile, uv) has hashes for every file of each version, and pip decides.
+    """
+    return tuple(
+        r.pin
+        for r in lock.requirements
+        if r.wheels and not any(wheel_fits(w, python_tag, machine) for w in r.wheels)
+    )
+
+
+def wheel_pythons(lock: Lock) -> tuple[str, ...]:
+    """The CPython tags (cp311, ...) the lock's named wheels are built for."""
+    tags = {
+        tag
+        for r in lock.requirements
+        for w in r.wheels
+        for tag in wheel_tags(w)[2].split(".")
+        if tag.startswith("cp")
+    }
+    return tuple(sorted(tags))

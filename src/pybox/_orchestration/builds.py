@@ -50,12 +50,14 @@ from pybox._core.images import (
     LABEL_IMAGE,
     LABEL_PYTHON,
     LABEL_RECIPE,
+    LABEL_STATE,
     ImageRecord,
     Recipe,
     check_image_name,
+    state_mark,
 )
 from pybox._core.limits import MIB
-from pybox._core.locks import Lock, normalize_name, parse_lock
+from pybox._core.locks import Lock, normalize_name, parse_lock, wheel_pythons, wheels_missing
 from pybox._core.posture import (
     BOX_USER,
     DEFAULT_PATH,
@@ -71,6 +73,7 @@ from pybox._core.posture import (
 )
 from pybox._core.seccomp import Confinement
 from pybox._orchestration.cleanup import remove_and_confirm
+from pybox._orchestration.images import Replaced
 
 LOCK_BUILDER_VERSION = 1
 VENV_DIR = "/opt/venv"
@@ -105,6 +108,44 @@ _CHECK_SCRIPT = (
     " for d in m.distributions())}))\n"
 )
 _CLEAN_SCRIPT = f"import shutil; shutil.rmtree({BUILD_DIR!r})\n"
+# The venv step also says which Python the packages are installed for.
+_VENV_SCRIPT = (
+    "import json, platform, sys, venv\n"
+    f"venv.create({VENV_DIR!r}, with_pip=False, symlinks=True)\n"
+    "print(json.dumps({'implementation': platform.python_implementation(),"
+    " 'version': platform.python_version(), 'tag': 'cp%d%d' % sys.version_info[:2],"
+    " 'machine': platform.machine()}))\n"
+)
+
+
+@dataclass(frozen=True)
+class BoxPython:
+    """The build box's Python, as it reported itself (None: it did not say)."""
+
+    implementation: str
+    version: str
+    tag: str
+    machine: str
+
+    def describe(self) -> str:
+        return f"{self.implementation} {self.version} ({self.tag}) on {self.machine}"
+
+
+def box_python(lines: list[str]) -> BoxPython | None:
+    for line in reversed(lines):
+        try:
+            found = json.loads(line)
+            return BoxPython(
+                str(found["implementation"]),
+                str(found["version"]),
+                str(found["tag"]),
+                str(found["machine"]),
+            )
+        except (ValueError, TypeError, KeyError):
+            continue
+    return None
+
+
 _SHOWN_PIP_LINES = ("Collecting", "Installing collected", "Successfully installed", "ERROR")
 
 
@@ -229,6 +270,8 @@ class BuildResult:
     built: bool
     steps: tuple[BuildStep, ...] = ()
     interfaces_after_install: tuple[str, ...] = ()
+    # The image this build replaced (set by ImageOperations.build), if any.
+    replaced: Replaced | None = None
 
 
 def build_box_spec(
@@ -299,8 +342,10 @@ def _tar(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-_HASH_FAILURE_RE = re.compile(r"^\s+(?P<pin>\S+==\S+) from (?P<url>\S+?):?$")
-_EXPECTED_RE = re.compile(r"^\s+Expected sha256 (?P<hex>\S+)")
+# pip 23-26: "    six==1.17.0 from https://.../six-...whl (from -r FILE (line 1)):"
+_HASH_FAILURE_RE = re.compile(r"^\s+(?P<pin>\S+==\S+) from (?P<url>\S+?)(?: \(from .*\))?:?$")
+# "Expected sha256 HEX", then "Expected     or HEX" for each further allowed hash.
+_EXPECTED_RE = re.compile(r"^\s+Expected\s+(?:sha256|or)\s+(?P<hex>[0-9a-f]+)")
 _GOT_RE = re.compile(r"^\s+Got\s+(?P<hex>\S+)")
 _NOT_FOUND_RE = re.compile(
     r"(?:Could not find a version that satisfies the requirement|"
@@ -320,16 +365,19 @@ def explain_pip_failure(lines: list[str]) -> tuple[str | None, str]:
             for follow_index in range(index + 1, len(lines)):
                 match = _HASH_FAILURE_RE.match(lines[follow_index])
                 if match:
-                    expected = got = "?"
-                    for after in lines[follow_index + 1 : follow_index + 8]:
+                    expected: list[str] = []
+                    got = "?"
+                    for after in lines[follow_index + 1 : follow_index + 40]:
                         if m := _EXPECTED_RE.match(after):
-                            expected = m.group("hex")
-                        if m := _GOT_RE.match(after):
+                            expected.append(m.group("hex"))
+                        elif m := _GOT_RE.match(after):
                             got = m.group("hex")
+                            break
                     return (
                         match.group("pin"),
                         f"the downloaded file's sha256 is {got}, but the lock allows only "
-                        f"{expected}: the lock is wrong or the file was tampered with",
+                        f"{' or '.join(expected) or '?'}: the lock is wrong or the file was "
+                        "tampered with",
                     )
     unreachable = [line.strip() for line in lines if _UNREACHABLE_RE.search(line)]
     for line in lines:
@@ -512,15 +560,13 @@ def build_lock_image(
             lambda: engine.put_archive(container_id, "/", _tar(files)),
         )
         engine.start_container(container_id)
-        _checked(
-            box.step(
-                f"create a virtual environment at {VENV_DIR}",
-                lambda: box.run(
-                    [BASE_PYTHON, "-m", "venv", "--without-pip", VENV_DIR], STEP_TIMEOUT_S
-                ),
-            ),
-            "creating the virtual environment",
+        venv_outcome = box.step(
+            f"create a virtual environment at {VENV_DIR}",
+            lambda: box.run([BASE_PYTHON, "-I", "-c", _VENV_SCRIPT], STEP_TIMEOUT_S),
         )
+        _checked(venv_outcome, "creating the virtual environment")
+        python = box_python(venv_outcome[1])
+        _check_python(plan, python, box.say)
         install_argv = [
             VENV_PYTHON,
             f"{BUILD_DIR}/{wheel_name}/pip",
@@ -552,8 +598,10 @@ def build_lock_image(
             package, why = explain_pip_failure(lines)
             tail = "\n  ".join(redact(line) for line in lines[-12:])
             which = f" while installing {package}" if package else ""
+            if python is not None:
+                which += f" for {python.describe()}"
             raise ImageBuildError(
-                f"Building {plan.name} failed{which}: {why}.\n"
+                f"Building {plan.name} failed{which}: {why.rstrip('.')}.\n"
                 f"pip's last lines (exit {code}):\n  {tail}\n"
                 f"Fix the lock file {plan.lock_path} and build again."
             )
@@ -583,7 +631,9 @@ def build_lock_image(
         repo, tag = plan.reference.split(":", 1)
         image_id = box.step(
             f"commit as {plan.reference}",
-            lambda: engine.commit(container_id, repo, tag, _image_config(plan)),
+            lambda: engine.commit(
+                container_id, repo, tag, _image_config(plan, state_mark(str(state.root)))
+            ),
         )
     except EngineError as exc:
         raise ImageBuildError(f"Building {plan.name} failed: the engine said: {exc}") from exc
@@ -604,13 +654,33 @@ def build_lock_image(
         packages=installed,
         recipe=plan.recipe.to_dict(),
         lock_path=str(plan.lock_path.resolve()),
+        python=python.describe() if python is not None else None,
     )
     state.record_image(record)
     progress(
         f"[{time.monotonic() - started:6.1f}s] recorded {plan.name} as {image_id} "
-        f"(recipe {plan.recipe.hash}) in {state.images_file}"
+        f"(recipe {plan.recipe.hash}, packages for "
+        f"{record.python or 'a Python that did not say which it is'}) in {state.images_file}"
     )
     return BuildResult(record, True, tuple(box.steps), interfaces)
+
+
+def _check_python(plan: LockBuildPlan, python: BoxPython | None, say: Progress) -> None:
+    """Say which Python the packages are for; refuse, before the network is
+    attached, a lock whose named wheels leave out this Python or machine."""
+    if python is None:
+        say("the image's Python did not say which it is; pip decides what fits")
+        return
+    say(f"installing for the image's Python: {python.describe()}, {BASE_PYTHON} of stdlib")
+    missing = wheels_missing(plan.lock, python.tag, python.machine)
+    if missing:
+        covered = ", ".join(wheel_pythons(plan.lock)) or "none"
+        raise ImageBuildError(
+            f"{plan.lock_path} has no wheel for the image's Python, {python.describe()}, of "
+            f"{', '.join(missing)} (its wheels are for {covered}). Regenerate the lock for "
+            f"{python.tag} (scripts/lock), or build stdlib on a Debian suite whose python3 "
+            "the lock covers."
+        )
 
 
 def _normalized_pin(pin: str) -> str:
@@ -636,7 +706,7 @@ def _compare(plan: LockBuildPlan, installed: tuple[str, ...]) -> None:
         )
 
 
-def _image_config(plan: LockBuildPlan) -> JSONObject:
+def _image_config(plan: LockBuildPlan, state: str) -> JSONObject:
     """The committed image's whole configuration (the build box's own is not kept)."""
     return {
         "User": BOX_USER,
@@ -652,6 +722,7 @@ def _image_config(plan: LockBuildPlan) -> JSONObject:
             LABEL_IMAGE: plan.name,
             LABEL_RECIPE: plan.recipe.hash,
             LABEL_PYTHON: VENV_PYTHON,
+            LABEL_STATE: state,
         },
         "Healthcheck": {"Test": ["NONE"]},
     }

@@ -350,7 +350,7 @@ def _diagnose(
                 problems,
                 f"image {status.record.name}",
                 status.problem,
-                f"pybox image build {status.record.name}",
+                status.record.rebuild_command,
             )
     leftovers = leftover_boxes(engine)
     report["boxes"] = leftovers

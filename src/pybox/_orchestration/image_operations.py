@@ -6,6 +6,7 @@ only run images the operator allowed).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from pybox._orchestration.builds import (
     read_lock,
     shipped_lock,
 )
-from pybox._orchestration.images import image_problem, remove_recorded
+from pybox._orchestration.images import image_problem, remove_recorded, remove_replaced
 from pybox._version import __version__
 
 
@@ -78,6 +79,18 @@ class ImageOperations:
         return plan_lock_image(self.engine, self.state, name, lock_path, self.environ)
 
     def build(self, plan: LockBuildPlan, progress: Progress, *, force: bool = False) -> BuildResult:
+        """Build and record the image; then remove the image the build replaced
+        (or say why it stays), so rebuilds do not pile up images."""
+        result = self._build(plan, progress, force=force)
+        if not result.built or plan.recorded is None:
+            return result
+        replaced = remove_replaced(self.engine, self.state, plan.recorded, result.record)
+        if replaced is None:
+            return result
+        progress(replaced.describe(plan.name))
+        return dataclasses.replace(result, replaced=replaced)
+
+    def _build(self, plan: LockBuildPlan, progress: Progress, *, force: bool) -> BuildResult:
         return build_lock_image(
             self.engine,
             self.state,
@@ -105,7 +118,7 @@ class ImageOperations:
             )
         changed = lock_changed(record)
         if changed is not None:
-            problems.append(changed + f"; rebuild with `pybox image build {name}`")
+            problems.append(f"{changed}; rebuild it with `{record.rebuild_command}`")
         elif record.lock_path:
             if Path(record.lock_path).is_file():
                 checks.append(f"the lock file {record.lock_path} is unchanged")
@@ -115,9 +128,11 @@ class ImageOperations:
             base = self.state.image("stdlib")
             if base is None or base.image_id != record.recipe["base"]:
                 checks.append(
-                    "built on an earlier stdlib image; `pybox image build "
-                    f"{name}` would rebuild it on the current one"
+                    f"built on an earlier stdlib image; `{record.rebuild_command}` would "
+                    "rebuild it on the current one"
                 )
+        if record.python:
+            checks.append(f"its packages were installed for {record.python}")
         if record.digest:
             checks.append(f"pinned by digest {record.digest}")
         return Verification(record, tuple(problems), tuple(checks))

@@ -7,18 +7,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pybox._adapters.engine import Engine
+from pybox._adapters.engine import Engine, JSONObject
 from pybox._adapters.host import apt_sources, base_mirror, os_codename
 from pybox._adapters.rootfs import Progress, RootfsBuilder
 from pybox._adapters.rootfs_unshare import BuildAccess, build_access, local_builder
 from pybox._adapters.state import StateStore
-from pybox._core.errors import ConfigError, ImageBuildError, ImageError, PyboxError
+from pybox._core.errors import ConfigError, EngineError, ImageBuildError, ImageError, PyboxError
 from pybox._core.images import (
     IMAGE_REPO_PREFIX,
     LABEL_IMAGE,
     LABEL_RECIPE,
+    LABEL_STATE,
     ImageRecord,
     Recipe,
+    state_mark,
 )
 from pybox._core.posture import BOX_USER, DEFAULT_PATH, WORK_DIR
 
@@ -184,6 +186,7 @@ def build_stdlib(
                 'CMD ["python3"]',
                 "LABEL io.pybox.image=stdlib",
                 f"LABEL io.pybox.recipe={recipe.hash}",
+                f"LABEL {LABEL_STATE}={state_mark(str(state.root))}",
             ],
         )
     record = ImageRecord(
@@ -197,6 +200,10 @@ def build_stdlib(
     )
     state.record_image(record)
     progress(f"recorded stdlib as {image_id} in {state.images_file}")
+    if plan.recorded is not None:
+        replaced = remove_replaced(engine, state, plan.recorded, record)
+        if replaced is not None:
+            progress(replaced.describe("stdlib"))
     return record
 
 
@@ -216,7 +223,7 @@ def image_problem(engine: Engine, record: ImageRecord) -> tuple[bool, str | None
     """
     found = engine.inspect_image(record.image_id)
     if found is None:
-        return False, f"missing from the engine; rebuild it with `pybox image build {record.name}`"
+        return False, f"missing from the engine; rebuild it with `{record.rebuild_command}`"
     if found.get("Id") != record.image_id:
         return True, f"the engine has {found.get('Id')} under the recorded ID {record.image_id}"
     labels = (found.get("Config") or {}).get("Labels") or {}
@@ -225,7 +232,7 @@ def image_problem(engine: Engine, record: ImageRecord) -> tuple[bool, str | None
             f"the engine's image {record.image_id[:19]} is labelled "
             f"{labels.get(LABEL_IMAGE)!r} with recipe {labels.get(LABEL_RECIPE)!r}, but the "
             f"record says {record.name!r} with recipe {record.recipe_hash!r}; rebuild it with "
-            f"`pybox image build {record.name}`"
+            f"`{record.rebuild_command}`"
         )
     return True, None
 
@@ -266,3 +273,92 @@ def remove_recorded(engine: Engine, state: StateStore, record: ImageRecord) -> l
             removed.append(record.image_id)
     state.forget_image(record.name)
     return removed
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """The image a rebuild replaced: what of it was removed, or why it was kept."""
+
+    image_id: str
+    removed: tuple[str, ...]
+    kept_because: str | None = None
+
+    def describe(self, name: str) -> str:
+        if self.kept_because is not None:
+            return f"kept the replaced {name} image {self.image_id[:19]}: {self.kept_because}"
+        if not self.removed:
+            return f"the replaced {name} image {self.image_id[:19]} was no longer in the engine"
+        return f"removed the replaced {name} image {self.image_id[:19]} ({', '.join(self.removed)})"
+
+
+def remove_replaced(
+    engine: Engine, state: StateStore, old: ImageRecord, new: ImageRecord
+) -> Replaced | None:
+    """Remove the image a rebuild of `new.name` replaced, when it is surely pybox's.
+
+    Only the image the replaced record pointed at, only when no record of this
+    state directory uses it or is built on it, only when the engine still labels
+    it as pybox's image of that name and recipe, built with this state directory
+    (another one, or a copy of images.json, may record it too), and only pybox's
+    own references to it (pybox/NAME:...): a tag someone else added keeps the
+    image in the engine. A container that still uses it (a warm box, say) makes
+    the engine refuse; it is then kept and listed. None when nothing was replaced.
+    """
+    if old.image_id == new.image_id:
+        return None
+    records = state.images().values()
+    users = sorted(r.name for r in records if r.image_id == old.image_id)
+    if users:
+        return Replaced(old.image_id, (), f"still recorded as {', '.join(users)}")
+    built_on = sorted(r.name for r in records if r.recipe.get("base") == old.image_id)
+    if built_on:
+        return Replaced(old.image_id, (), f"{', '.join(built_on)} is built on it")
+    present, problem = image_problem(engine, old)
+    if not present:
+        return Replaced(old.image_id, (), None)
+    if problem is not None:
+        return Replaced(old.image_id, (), "the engine's image is not the one pybox recorded")
+    found = engine.inspect_image(old.image_id) or {}
+    labels = (found.get("Config") or {}).get("Labels") or {}
+    if labels.get(LABEL_STATE) != state_mark(str(state.root)):
+        return Replaced(
+            old.image_id,
+            (),
+            f"it was not built with this state directory ({state.root}), which may not be the "
+            "only one that records it; `docker image rm` removes it when nothing uses it",
+        )
+    removed: list[str] = []
+    try:
+        for reference in _own_references(found, old.name):
+            if engine.remove_image(reference):
+                removed.append(reference)
+        after = engine.inspect_image(old.image_id)
+        # Only pybox's references were on it: what is left is an unnamed image of pybox's.
+        untagged = after is not None and not _references(after)
+        if untagged and engine.remove_image(old.image_id):
+            removed.append(old.image_id)
+    except EngineError as exc:
+        return Replaced(old.image_id, tuple(removed), f"the engine refused to remove it: {exc}")
+    if engine.inspect_image(old.image_id) is not None:
+        return Replaced(
+            old.image_id,
+            tuple(removed),
+            "it has other references than pybox's; remove them yourself",
+        )
+    return Replaced(old.image_id, tuple(removed))
+
+
+def _references(image: JSONObject) -> list[str]:
+    tags = [str(r) for r in image.get("RepoTags") or [] if r != "<none>:<none>"]
+    return tags + [str(r) for r in image.get("RepoDigests") or []]
+
+
+def _own_references(image: JSONObject, name: str) -> list[str]:
+    """pybox's tags (pybox/NAME:...) and pull digests (HOST/pybox/NAME@...) of an image."""
+    repository = f"{IMAGE_REPO_PREFIX}{name}"
+    own: list[str] = []
+    for reference in _references(image):
+        repo = reference.split("@", 1)[0] if "@" in reference else reference.rsplit(":", 1)[0]
+        if repo == repository or repo.endswith("/" + repository):
+            own.append(reference)
+    return own

@@ -163,7 +163,7 @@ def create_box(engine: Engine, spec: BoxSpec, image: ImageRecord) -> str:
         if exc.status == 404 and "image" in exc.engine_message.lower():
             raise ImageError(
                 f"The recorded image {image.name} ({image.image_id}) is no longer in "
-                f"the engine. Rebuild it with `pybox image build {image.name}`."
+                f"the engine. Rebuild it with `{image.rebuild_command}`."
             ) from exc
         raise
 

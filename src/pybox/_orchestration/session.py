@@ -201,7 +201,7 @@ class Session:
         if changed is not None:
             raise ImageError(
                 f"Refusing to run image {name}: {changed}. Rebuild it with "
-                f"`pybox image build {name}`."
+                f"`{record.rebuild_command}`."
             )
         key = (record.name, record.image_id, record.recipe_hash)
         if key not in self._verified_images:

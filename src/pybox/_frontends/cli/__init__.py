@@ -3,7 +3,9 @@
 Exit codes of `pybox exec`: the program's own exit code; 124 when it timed
 out; 125 when pybox or the engine failed; 130 when stopped; 2 for a rejected
 request. Other commands: 0 on success, 2 for bad input, 125 for failures;
-`pybox verify` exits 1 when a case was not contained.
+`pybox verify` exits 1 when a case was not contained. A bare `pybox` (or a
+command group such as `pybox image` without its action) prints its help on
+stderr and exits 2: nothing was done. `--help` lists these codes.
 
 Each command group lives in its own module with a `register(commands)`
 function. Other front ends (the MCP server) add their commands through
@@ -28,6 +30,7 @@ from pybox._frontends.cli._common import (
     EXIT_STOPPED,
     ArgumentParser,
     Commands,
+    finish_parsers,
     say,
 )
 from pybox._version import __version__
@@ -51,12 +54,28 @@ def build_parser(extra_commands: Sequence[Registrar] = ()) -> argparse.ArgumentP
         description="Run untrusted Python in a fresh, sealed box and get a receipt.",
     )
     parser.add_argument("--version", action="version", version=f"pybox {__version__}")
-    parser.add_argument("--config", help="operator config file (TOML); default $PYBOX_CONFIG")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="operator config file (TOML), given before the command (default: $PYBOX_CONFIG)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     commands.required = True
     for register in (*COMMAND_GROUPS, *extra_commands):
         register(commands)
+    finish_parsers(parser)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse argv; anything left over is refused by the command it was given to."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        leaf = getattr(args, "pybox_parser", parser)
+        if not isinstance(leaf, ArgumentParser):  # pragma: no cover - every parser is ours
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        leaf.refuse_extras(extras)
+    return args
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -65,7 +84,7 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Registrar] = ()) -> int:
     parser = build_parser(extra_commands)
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -14,8 +15,9 @@ from typing import Any, NoReturn, TextIO
 
 from pybox._core.display import escape_lines, escape_text, neutralise_output
 from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
-from pybox._core.limits import LimitField, parse_user_value
+from pybox._core.limits import BUILTIN_DEFAULTS, FIELDS_BY_KEY, LimitField, parse_user_value
 from pybox._core.receipt import Receipt, Status
+from pybox._core.repair import REPAIR_DEFAULTS, REPAIR_FIELDS_BY_KEY
 from pybox._orchestration.platforms import ToolPaths
 from pybox._orchestration.session import Session
 
@@ -28,12 +30,121 @@ EXIT_STOPPED = 130
 Commands = Any
 # CLI flag -> (configuration key, help text), for flags that set a bounded value.
 FlagTable = Mapping[str, tuple[str, str]]
+# The built-in defaults of each table of bounded fields, for --help.
+_BUILTIN_DEFAULTS: tuple[tuple[Mapping[str, LimitField], object], ...] = (
+    (FIELDS_BY_KEY, BUILTIN_DEFAULTS),
+    (REPAIR_FIELDS_BY_KEY, REPAIR_DEFAULTS),
+)
+
+
+EXIT_CODES_HELP = """\
+exit codes:
+  pybox exec        the program's own exit code; 124 it timed out; 125 pybox or the
+                    engine failed; 130 stopped (Ctrl-C, SIGTERM); 2 request rejected
+  other commands    0 done; 2 bad input or usage (a bare `pybox` or `pybox image`
+                    prints its help and exits 2); 125 pybox or the engine failed;
+                    130 stopped; `pybox verify`: 1 when a case was not contained
+"""
+# Options of `pybox` itself that people also try after the command.
+GLOBAL_OPTIONS = ("--config",)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the exit-code epilog as written and shows each option's default.
+
+    Unlike ArgumentDefaultsHelpFormatter it says nothing for options without a
+    default (None, False) and leaves help that already names its default alone.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or default in (None, False, argparse.SUPPRESS)
+            or "default" in text
+        ):
+            return action.help
+        return f"{text} (default: %(default)s)"
 
 
 class ArgumentParser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_REJECTED, f"pybox: {message}. Run `{self.prog} --help` for the options.\n")
+
+    def refuse_extras(self, extras: list[str]) -> NoReturn:
+        """What was left over after parsing, named: an unknown option comes first
+        (with the nearest real one), so a typo is never read as a file name."""
+        unknown = [item for item in extras if item.startswith("-") and item != "-"]
+        if unknown:
+            flag = unknown[0].split("=", 1)[0]
+            known = [o for o in self._option_string_actions if o.startswith("--")]
+            near = difflib.get_close_matches(flag, known, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            self.error(f"unknown option {flag}{hint}")
+        words = f"argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}"
+        if self.prog.endswith(" exec"):
+            words += " (the program's own arguments go after --: `pybox exec job.py -- a b`)"
+        self.error(f"unexpected {words}")
+
+
+class _GlobalOnly(argparse.Action):
+    """A global option given after the command: say where it goes instead."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        top, _, command = parser.prog.partition(" ")
+        parser.error(
+            f"{option_string} is a global option: put it before the command, as in "
+            f"`{top} {option_string} {values} {command} [...]`"
+        )
+
+
+def finish_parsers(parser: argparse.ArgumentParser, epilog: str = EXIT_CODES_HELP) -> None:
+    """What every command's parser gets, whoever registered it.
+
+    Each parser names itself in the namespace (so leftovers are reported by the
+    command they were given to), prints its help when run without its action,
+    hints at a misplaced global option, and lists the exit codes in --help.
+    """
+    parser.set_defaults(pybox_parser=parser)
+    if parser.epilog is None:
+        parser.epilog = epilog
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        if action.required:
+            # Run bare, a command group prints its help (exit 2) instead of one usage line.
+            action.required = False
+            parser.set_defaults(handler=lambda _args, shown=parser: _print_help(shown))
+        for child in dict.fromkeys(action.choices.values()):
+            for option in GLOBAL_OPTIONS:
+                if option not in child._option_string_actions:
+                    # Its own dest and no default: the global value must not be overwritten.
+                    child.add_argument(
+                        option,
+                        action=_GlobalOnly,
+                        dest=f"misplaced_{option.lstrip('-')}",
+                        default=argparse.SUPPRESS,
+                        metavar="VALUE",
+                        help=argparse.SUPPRESS,
+                    )
+            finish_parsers(child, epilog)
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_REJECTED
 
 
 # On a terminal, before pybox's own lines after a program's output: CAN abandons an
@@ -173,9 +284,16 @@ def add_bounded_flags(
     flags: FlagTable,
     fields: Mapping[str, LimitField],
 ) -> None:
+    defaults = next((d for f, d in _BUILTIN_DEFAULTS if f is fields), None)
     for flag, (key, help_text) in flags.items():
-        metavar = fields[key].unit.upper().replace(" ", "_")
-        parser.add_argument(flag, metavar=metavar, help=help_text)
+        field = fields[key]
+        metavar = field.unit.upper().replace(" ", "_")
+        shown = help_text.replace("%", "%%")
+        if defaults is not None:
+            # The value comes from the operator's config when it sets one, so say both.
+            default = field.describe(getattr(defaults, field.attr))
+            shown += f" (default: {default}, unless the config sets another)"
+        parser.add_argument(flag, metavar=metavar, help=shown)
 
 
 def bounded_flag_values(

@@ -184,11 +184,9 @@ def _ended_line(shown_out: bytes, shown_err: bytes) -> bool:
 
 
 def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> None:
-    """Everything after the first `--` is the program's, wherever the options were.
-
-    argparse fills the `args` positional as soon as it meets the program's name,
-    so `exec job.py --env X=1 -- a b` would leave `a b` unrecognised.
-    """
+    """Everything after the first `--` is the program's, wherever the options were,
+    and only that: a stray word before `--` is refused, never passed on, so a
+    typo cannot quietly become the program's argument (or the program)."""
     parse = parser.parse_known_args
 
     def parse_known_args(
@@ -200,21 +198,21 @@ def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> Non
             at = given.index("--")
             given, rest = given[:at], given[at + 1 :]
         parsed, extras = parse(given, namespace)
-        parsed.args = [*(getattr(parsed, "args", None) or []), *rest]
+        parsed.args = rest
         return parsed, extras
 
     parser.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
 
 
 def register(commands: Commands) -> None:
-    run = commands.add_parser("exec", help="run a program in a fresh box")
-    run.add_argument("program", help="the Python file to run, or - to read it from stdin")
-    run.add_argument(
-        "args",
-        nargs="*",
-        metavar="ARG",
-        help="the program's arguments, after -- (its sys.argv[1:])",
+    run = commands.add_parser(
+        "exec",
+        help="run a program in a fresh box",
+        usage="pybox exec [options] FILE|- [-- ARG ...]",
+        description="Run a program in a fresh box. Its own arguments go after --: "
+        "`pybox exec job.py -- a b` gives it sys.argv == ['job.py', 'a', 'b'].",
     )
+    run.add_argument("program", help="the Python file to run, or - to read it from stdin")
     run.add_argument(
         "--input", action="append", metavar="FILE", help="a file the program can read (repeatable)"
     )
