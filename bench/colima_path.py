@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.fake_colima import install_fake_colima
 
 from pybox import Client
-from pybox._adapters.engine import find_endpoint
 from pybox._adapters.state import default_state_dir
+from pybox._engine import find_endpoint
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -20,9 +20,9 @@ import subprocess
 import urllib.parse
 from pathlib import Path
 
-from pybox._adapters.engine import Engine
 from pybox._adapters.host import apt_sources, base_mirror, os_codename
 from pybox._adapters.state import StateStore
+from pybox._engine import Engine
 from tests.fake_colima import install_fake_colima
 from tests.integration.conftest import run_cli
 

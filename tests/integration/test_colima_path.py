@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pybox._adapters.engine import Engine
+from pybox._engine import Engine
 from tests.fake_colima import install_fake_colima
 from tests.integration.conftest import run_cli
 

@@ -30,7 +30,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pybox._adapters.engine import Engine, JSONObject
 from pybox._adapters.piptool import PipSettings, download_pip_wheel, read_cert, redact
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
@@ -62,6 +61,7 @@ from pybox._core.posture import (
     LABEL_VERSION,
     WORK_DIR,
 )
+from pybox._engine import Engine, JSONObject
 from pybox._orchestration.cleanup import remove_and_confirm
 
 LOCK_BUILDER_VERSION = 1

@@ -14,11 +14,11 @@ from typing import Any
 
 from pybox._adapters.cgroups import cgroup_version
 from pybox._adapters.config import load_settings
-from pybox._adapters.engine import DockerEngine, Engine, EngineEndpoint, JSONObject, find_endpoint
 from pybox._adapters.host import owner_alive
 from pybox._adapters.state import StateStore
 from pybox._core.errors import PyboxError
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
+from pybox._engine import DockerEngine, Engine, EngineEndpoint, JSONObject, find_endpoint
 from pybox._orchestration.images import check_images
 from pybox._orchestration.platforms import NO_TOOL_PATHS, ToolPaths, make_colima, open_host
 from pybox._orchestration.vm import colima_state_dict, vm_state

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pybox._adapters.engine import Engine
 from pybox._adapters.host import apt_sources, base_mirror, os_codename
 from pybox._adapters.rootfs import LocalRootfsBuilder, Progress, RootfsBuilder
 from pybox._adapters.state import StateStore
@@ -18,6 +17,7 @@ from pybox._core.images import (
     Recipe,
 )
 from pybox._core.posture import BOX_USER, DEFAULT_PATH, WORK_DIR
+from pybox._engine import Engine
 
 BUILDER_VERSION = 1
 STDLIB_PACKAGES = ("python3",)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.cgroups import Sampler, SamplerFactory, empty_observation
-from pybox._adapters.engine import AttachStream, Engine, JSONObject
 from pybox._adapters.state import StateStore
 from pybox._core import wire
 from pybox._core.capture import HeadTailCapture
@@ -64,6 +63,7 @@ from pybox._core.receipt import (
 )
 from pybox._core.request import RunRequest
 from pybox._core.status import Evidence, classify
+from pybox._engine import AttachStream, Engine, JSONObject
 from pybox._orchestration.cleanup import remove_and_confirm
 from pybox._orchestration.outputs import FilesReceiver, ReturnedFile
 
