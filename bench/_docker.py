@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from bench._values import (
     BENCH_LABEL,
@@ -46,13 +46,23 @@ def docker_hardening(limits: Mapping[str, float]) -> list[str]:
     ]  # fmt: skip
 
 
-def docker_argv(image_id: str, limits: Mapping[str, float], token: str) -> list[str]:
+# The program as `docker run` is told to run it; `bench/cli_startup.py` passes
+# ("/usr/bin/python3", "-") to read it from stdin, as `pybox exec -` does.
+PYTHON_C_CODE = ("/usr/bin/python3", "-c", CODE)
+
+
+def docker_argv(
+    image_id: str,
+    limits: Mapping[str, float],
+    token: str,
+    command: Sequence[str] = PYTHON_C_CODE,
+) -> list[str]:
     return [
         "docker", "run", "--rm", "-i",
         *docker_hardening(limits),
         "--label", f"{BENCH_LABEL}={token}",
         image_id,
-        "/usr/bin/python3", "-c", CODE,
+        *command,
     ]  # fmt: skip
 
 

@@ -6,6 +6,8 @@ import os
 import platform
 import socket
 import subprocess
+import sys
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -92,3 +94,27 @@ def machine_facts() -> dict[str, Any]:
         "pybox_version": pybox.__version__,
         "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
     }
+
+
+def run_then_check(
+    name: str, ctx: Context, run: Callable[[], dict[str, Any]], *, check: bool = True
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """Run a benchmark, then (an interrupt too) remove and report what it left behind.
+
+    The report (None when the run was aborted, which is said on stderr) gets the
+    leftovers; with `check` False (nothing was started) there is no check.
+    """
+    report: dict[str, Any] | None = None
+    try:
+        report = run()
+    except BenchFailure as exc:
+        print(f"\n{name}: ABORTED: {exc}", file=sys.stderr)
+    except pybox.PyboxError as exc:
+        print(f"\n{name}: ABORTED: pybox: {exc}", file=sys.stderr)
+    finally:  # nothing the benchmark started may outlive it
+        problems = clean_up(ctx) if check else []
+        for problem in problems:
+            print(f"{name}: left behind: {problem}", file=sys.stderr)
+    if report is not None:
+        report["leftovers"] = problems
+    return report, problems

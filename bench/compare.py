@@ -82,11 +82,10 @@ from typing import IO, Any
 # path, not the repository root that the `bench.` imports below need.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pybox
 from bench._api_path import recorded_box
 from bench._calls import find_daemon_pids
 from bench._cpu import measure_cpu
-from bench._environment import clean_up, machine_facts
+from bench._environment import machine_facts, run_then_check
 from bench._mcp_path import start_mcp
 from bench._peers import start_peers
 from bench._report import build_report, markdown_lines, report_lines, rounded
@@ -268,20 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_report(saved, args)
         return 0
     ctx = Context(uuid.uuid4().hex[:12], find_daemon_pids(), think_s=args.think_s)
-    report: dict[str, Any] | None = None
-    try:
-        report = run_benchmark(args, ctx)
-    except BenchFailure as exc:
-        print(f"\ncompare: ABORTED: {exc}", file=sys.stderr)
-    except pybox.PyboxError as exc:
-        print(f"\ncompare: ABORTED: pybox: {exc}", file=sys.stderr)
-    finally:  # an interrupt too: nothing the benchmark started may outlive it
-        problems = clean_up(ctx)
-        for problem in problems:
-            print(f"compare: left behind: {problem}", file=sys.stderr)
+    report, problems = run_then_check("compare", ctx, lambda: run_benchmark(args, ctx))
     if report is None:
         return 1
-    report["leftovers"] = problems
     print_report(report, args)
     if not args.json:
         print(
