@@ -74,6 +74,11 @@ def clean_up(ctx: Context) -> list[str]:
     return problems
 
 
+def loadavg() -> list[str]:
+    """The 1, 5 and 15 minute load averages, as the kernel prints them."""
+    return Path("/proc/loadavg").read_text().split()[:3]
+
+
 def machine_facts() -> dict[str, Any]:
     cpu_model = "unknown"
     with suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
@@ -92,7 +97,7 @@ def machine_facts() -> dict[str, Any]:
         "engine_version": engine,
         "engine_api": api,
         "pybox_version": pybox.__version__,
-        "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
+        "loadavg_at_start": loadavg(),
     }
 
 

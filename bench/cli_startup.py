@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._api_path import recorded_box
 from bench._docker import docker_argv
-from bench._environment import machine_facts, run_then_check
+from bench._environment import loadavg, machine_facts, run_then_check
 from bench._report import cell, rounded
 from bench._rounds import progress, round_order
 from bench._stats import ratio, verdict, wall_stats
@@ -214,10 +214,6 @@ def comparisons(stats: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]
             }
         )
     return found
-
-
-def loadavg() -> list[str]:
-    return Path("/proc/loadavg").read_text().split()[:3]
 
 
 def build_report(

@@ -317,3 +317,17 @@ def test_a_report_renders_as_text_markdown_and_json() -> None:
     saved = json.loads(json.dumps(_report.rounded(report)))
     assert saved["report_version"] == 1
     assert "SKIPPED pybox_mcp: not there" in "\n".join(_report.report_lines(saved))
+
+
+def test_run_then_check_reports_an_aborted_run_and_the_leftovers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ctx = _values.Context("tok", ())
+
+    def aborted() -> dict[str, Any]:
+        raise _values.BenchFailure("printed 41")
+
+    assert _environment.run_then_check("bench", ctx, aborted, check=False) == (None, [])
+    assert "bench: ABORTED: printed 41" in capsys.readouterr().err
+    report, problems = _environment.run_then_check("bench", ctx, lambda: {"x": 1}, check=False)
+    assert (report, problems) == ({"x": 1, "leftovers": []}, [])
