@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,21 +32,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# Run as a script, this file's folder is on the path, not the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fake_colima import install_fake_colima
-
+from bench._stats import percentile
+from bench.fake_colima import install_fake_colima
 from pybox import Client
-from pybox._adapters.engine import find_endpoint
 from pybox._adapters.state import default_state_dir
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * fraction
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+from pybox._engine import find_endpoint
 
 
 def main() -> int:
@@ -103,14 +95,14 @@ def main() -> int:
                     walls[name].append(elapsed)
                     receipt = getattr(result, "receipt", None)
                     samples[name].append(receipt.observed_by_kernel.samples if receipt else 0)
-    baseline = statistics.median(walls["local"])
+    baseline = percentile(walls["local"], 50)
     print(f"rounds: {args.rounds} (after 2 warm-up rounds); wall time in ms")
     for name, values in walls.items():
-        p50 = statistics.median(values)
+        p50 = percentile(values, 50)
         print(
-            f"{name:<13} p50 {p50:7.1f}  p95 {percentile(values, 0.95):7.1f}  "
+            f"{name:<13} p50 {p50:7.1f}  p95 {percentile(values, 95):7.1f}  "
             f"x{p50 / baseline:4.2f} of local  kernel samples p50 "
-            f"{statistics.median(samples[name]):g}"
+            f"{percentile(samples[name], 50):g}"
         )
     return 0
 

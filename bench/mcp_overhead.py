@@ -5,8 +5,9 @@ round to round:
 
 * ``api`` -- ``Client.run(...)`` on one `Client` made up front and reused;
 * ``mcp`` -- a ``tools/call`` of ``run_python`` on one `pybox mcp` process
-  started up front (2026-07-28 requests: no handshake), timed from writing
-  the request line to reading the response line.
+  started up front (2026-07-28 requests: no handshake), timed from sending
+  the request to reading its response (bench/_mcp_client.py, the MCP client
+  `bench/compare.py` uses too).
 
 Warm-up rounds are not counted. Every run must print exactly "42". The ratio
 line divides the MCP path's p50 by the API's: what the protocol, JSON and the
@@ -19,100 +20,63 @@ Run from the repository root: ``python bench/mcp_overhead.py [--rounds N]``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
+# Run as a script, this file's folder is on the path, not the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._mcp_client import PYBOX_MCP_ARGV, STATELESS_META, McpClient
+from bench._mcp_path import read_run_python
+from bench._rounds import round_order
+from bench._stats import wall_stats
+from bench._values import CODE, BenchFailure, PathUnavailable, check_stdout
 from pybox import Client
-
-META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
-CODE = "print(6*7)"
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * fraction
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-class McpPath:
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "pybox", "mcp"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self.next_id = 0
-
-    def run(self) -> float:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.next_id += 1
-        request = {
-            "jsonrpc": "2.0",
-            "id": self.next_id,
-            "method": "tools/call",
-            "params": {"_meta": META, "name": "run_python", "arguments": {"code": CODE}},
-        }
-        started = time.perf_counter()
-        self.process.stdin.write(json.dumps(request).encode() + b"\n")
-        self.process.stdin.flush()
-        response = json.loads(self.process.stdout.readline())
-        elapsed = time.perf_counter() - started
-        stdout = response["result"]["structuredContent"]["stdout"]
-        if stdout != "42\n":
-            raise SystemExit(f"mcp: unexpected output {stdout!r}")
-        return elapsed
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
     client = Client()
-    mcp = McpPath()
+    mcp = McpClient(PYBOX_MCP_ARGV, subprocess.DEVNULL)
 
-    def api_run() -> float:
-        started = time.perf_counter()
-        result = client.run(CODE)
-        elapsed = time.perf_counter() - started
-        if result.stdout != "42\n":
-            raise SystemExit(f"api: unexpected output {result.stdout!r}")
-        return elapsed
+    def api_run() -> None:
+        check_stdout("api", client.run(CODE).stdout)
 
-    paths = {"api": api_run, "mcp": mcp.run}
-    times: dict[str, list[float]] = {name: [] for name in paths}
+    def mcp_run() -> None:
+        read_run_python(mcp.run_python(CODE, meta=STATELESS_META), "mcp")
+
+    paths: dict[str, Callable[[], None]] = {"api": api_run, "mcp": mcp_run}
+    walls_s: dict[str, list[float]] = {name: [] for name in paths}
     try:
         for round_number in range(args.warmup + args.rounds):
-            order = list(paths) if round_number % 2 == 0 else list(reversed(paths))
-            for name in order:
-                elapsed = paths[name]()
+            for name in round_order(list(paths), round_number, None):
+                started = time.perf_counter()
+                paths[name]()
+                elapsed = time.perf_counter() - started
                 if round_number >= args.warmup:
-                    times[name].append(elapsed * 1000)
+                    walls_s[name].append(elapsed)
+    except (BenchFailure, PathUnavailable) as exc:
+        print(f"mcp_overhead: {exc}", file=sys.stderr)
+        return 1
     finally:
         mcp.close()
+        client.close()
+    stats = {name: wall_stats(values) for name, values in walls_s.items()}
     print(f"{'path':<6}{'n':>4}{'p50 ms':>10}{'p95 ms':>10}{'min ms':>10}{'mean ms':>10}")
-    for name, values in times.items():
+    for name, row in stats.items():
+        mean_ms = statistics.fmean(walls_s[name]) * 1000
         print(
-            f"{name:<6}{len(values):>4}{percentile(values, 0.5):>10.1f}"
-            f"{percentile(values, 0.95):>10.1f}{min(values):>10.1f}"
-            f"{statistics.fmean(values):>10.1f}"
+            f"{name:<6}{row['n']:>4}{row['p50_ms']:>10.1f}{row['p95_ms']:>10.1f}"
+            f"{row['min_ms']:>10.1f}{mean_ms:>10.1f}"
         )
-    ratio = percentile(times["mcp"], 0.5) / percentile(times["api"], 0.5)
-    print(f"ratio mcp/api p50: {ratio:.2f}")
+    print(f"ratio mcp/api p50: {stats['mcp']['p50_ms'] / stats['api']['p50_ms']:.2f}")
     return 0
 
 

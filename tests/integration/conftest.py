@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from pybox._adapters.engine import DockerEngine, Engine, find_endpoint
 from pybox._adapters.host import current_owner, owner_alive
 from pybox._adapters.state import StateStore, default_state_dir
 from pybox._core.errors import PyboxError
 from pybox._core.limits import Policy
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
+from pybox._engine import DockerEngine, Engine, find_endpoint
 from pybox._orchestration.session import Session
 
 REQUIRE = os.environ.get("PYBOX_REQUIRE_ENGINE") == "1"

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from pybox._adapters.engine import Engine
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import BOX_UID_FIRST
 from pybox._core.receipt import Status
 from pybox._core.request import InputFile, RunRequest
+from pybox._engine import Engine
 from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.session import Session
 from tests.integration.conftest import boxes
@@ -368,10 +368,10 @@ def test_io_uring_and_the_denied_calls_fail_with_eperm_under_pybox_s_profile(
     engine: Engine, state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pybox._adapters.confinement import host_apparmor, seccomp_profile
-    from pybox._adapters.engine import DockerEngine
     from pybox._adapters.state import StateStore
     from pybox._core.limits import Policy
     from pybox._core.seccomp import ENGINE_APPARMOR_PROFILE, profile_sha256
+    from pybox._engine import DockerEngine
     from pybox._orchestration.verify_judges import case_source
 
     # An engine connection of this test's own, whose inspect answers are kept:

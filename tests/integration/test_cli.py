@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pybox._adapters.engine import Engine
+from pybox._engine import Engine
 from tests.integration.conftest import boxes, run_cli
 from tests.unit.test_receipt_contract import EXEC_SCHEMA, _validator
 

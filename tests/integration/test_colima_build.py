@@ -20,10 +20,11 @@ import subprocess
 import urllib.parse
 from pathlib import Path
 
-from pybox._adapters.engine import Engine
+from bench.fake_colima import install_fake_colima
+
 from pybox._adapters.host import apt_sources, base_mirror, os_codename
 from pybox._adapters.state import StateStore
-from tests.fake_colima import install_fake_colima
+from pybox._engine import Engine
 from tests.integration.conftest import run_cli
 
 BUILD_FOLDERS = "/var/tmp/pybox-build-*"

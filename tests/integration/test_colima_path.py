@@ -1,6 +1,6 @@
 """`pybox exec` end to end through the Colima code path, on this machine's real engine.
 
-The fake `colima` (tests/fake_colima.py) is the only stand-in: its `status
+The fake `colima` (bench/fake_colima.py) is the only stand-in: its `status
 --json` names this machine's engine socket as the VM's `docker_socket`, and its
 `ssh -- ARGV` runs ARGV here, so pybox's VM-side sampler reads the real box's
 cgroup. Everything else (tool trust checks, version check, profile read-back,
@@ -15,8 +15,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pybox._adapters.engine import Engine
-from tests.fake_colima import install_fake_colima
+from bench.fake_colima import install_fake_colima
+
+from pybox._engine import Engine
 from tests.integration.conftest import run_cli
 
 PROGRAM = (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pybox._adapters.engine import Engine
+from pybox._engine import Engine
 from tests.integration.test_limits_and_leftovers import (
     _running_program,
     _wait_for_box,

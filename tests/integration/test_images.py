@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from pybox._adapters.engine import Engine
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageBuildError
 from pybox._core.images import state_mark
 from pybox._core.limits import Policy
 from pybox._core.posture import LABEL_MANAGED
+from pybox._engine import Engine
 from pybox._orchestration.session import Session
 from tests.integration.conftest import _unavailable, run_cli
 

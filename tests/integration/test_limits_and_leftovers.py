@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pybox._adapters.engine import Engine
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import LABEL_OWNER, LABEL_RUN_ID
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
+from pybox._engine import Engine
 from pybox._orchestration.cleanup import remove_and_confirm
 from pybox._orchestration.lifecycle import (
     box_spec,

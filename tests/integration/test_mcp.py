@@ -31,8 +31,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import TextResourceContents
 
-from pybox._adapters.engine import Engine
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
+from pybox._engine import Engine
 
 INSPECTOR = os.environ.get("PYBOX_TEST_INSPECTOR", "@modelcontextprotocol/inspector@2.12.0")
 TOKEN = "integration-token-" + "x" * 24

@@ -17,7 +17,7 @@ import anyio
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from pybox._adapters.engine import Engine
+from pybox._engine import Engine
 from tests.integration.test_mcp import server_env
 
 PROGRAM = """\

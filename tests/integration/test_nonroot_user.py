@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pybox._adapters.engine import Engine
 from pybox._adapters.state import StateStore
+from pybox._engine import Engine
 from pybox._orchestration.images import plan_stdlib
 
 USER = os.environ.get("PYBOX_TEST_USER", "")

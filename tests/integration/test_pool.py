@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from pybox import Client
-from pybox._adapters.engine import Engine
 from pybox._core.posture import LABEL_OWNER
 from pybox._core.request import RunRequest
+from pybox._engine import Engine
 from pybox._orchestration.session import Session
 from tests.integration.conftest import boxes
 

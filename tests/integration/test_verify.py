@@ -7,8 +7,8 @@ from pathlib import Path
 
 import jsonschema
 
-from pybox._adapters.engine import Engine
 from pybox._core.posture import LABEL_RUN_ID
+from pybox._engine import Engine
 from pybox._orchestration.verify import CASES
 from tests.integration.conftest import run_cli
 

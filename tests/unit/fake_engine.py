@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pybox._adapters.confinement import host_apparmor
-from pybox._adapters.engine import EngineEndpoint, JSONObject
 from pybox._core import wire
 from pybox._core.errors import EngineAPIError
 from pybox._core.posture import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS
+from pybox._engine import EngineEndpoint, JSONObject
 from pybox._inbox import bootstrap_source
 
 _BOOTSTRAP: dict[str, Any] = {"__name__": "pybox_bootstrap_under_test"}

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from bench.fake_colima import FakeColima, install_fake_colima
 
 from pybox._adapters.cgroups import location_of
 from pybox._adapters.colima import (
@@ -30,7 +31,6 @@ from pybox._adapters.config import load_settings
 from pybox._core.errors import ConfigError, PlatformError
 from pybox._frontends.cli import main
 from pybox._orchestration.platforms import choose_platform
-from tests.fake_colima import FakeColima, install_fake_colima
 
 START_ARGV = [
     "start",

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
+from bench.fake_colima import FakeColima
 
 from pybox._adapters import rootfs_prepare
 from pybox._adapters.colima import Colima, HostTool
@@ -34,7 +35,6 @@ from pybox._core.images import ImageRecord
 from pybox._core.posture import BOX_GID, BOX_UID
 from pybox._frontends.cli import main
 from pybox._orchestration.images import build_stdlib, plan_stdlib
-from tests.fake_colima import FakeColima
 from tests.unit.fake_engine import FakeEngine
 
 # The Mac-user environment and the fake tools, shared with the other Colima tests.

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pybox._adapters import engine as engine_module
-from pybox._adapters.engine import DockerEngine, EngineEndpoint
+from pybox._engine import DockerEngine, EngineEndpoint
+from pybox._engine.errors import unreachable
 from pybox._frontends.cli import main
 from pybox._orchestration.doctor import ENGINE_UNREACHABLE, access_step, diagnose
 
@@ -59,7 +59,7 @@ def test_permission_denied_says_join_the_group_not_start_docker(
 
     def refuse(cls: type[DockerEngine], endpoint: EngineEndpoint) -> DockerEngine:
         denied = PermissionError(13, "Permission denied")
-        raise engine_module._unreachable(endpoint, denied) from denied
+        raise unreachable(endpoint, denied) from denied
 
     monkeypatch.setattr(DockerEngine, "connect", classmethod(refuse))
     assert main(["doctor"]) == 125

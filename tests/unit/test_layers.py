@@ -47,7 +47,7 @@ def layer_of(module: str) -> str:
         return "frontends"
     if module.startswith("pybox._orchestration"):
         return "orchestration"
-    if module.startswith(("pybox._adapters", "pybox._inbox")):
+    if module.startswith(("pybox._adapters", "pybox._engine", "pybox._inbox")):
         return "adapters"
     if module.startswith("pybox._core") or module == "pybox._version":
         return "core"
@@ -61,13 +61,24 @@ def front_end(module: str) -> str:
 
 
 def imports(path: Path) -> list[str]:
+    """Every module `path` imports, relative imports resolved to absolute names."""
     tree = ast.parse(path.read_text(), str(path))
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                found.append(node.module or "")
+                continue
+            base = package[: len(package) - (node.level - 1)]
+            if node.module:
+                found.append(".".join([*base, node.module]))
+            else:  # `from . import x`: each name may be a module of the package
+                found.extend(".".join([*base, alias.name]) for alias in node.names)
     return found
 
 
@@ -112,6 +123,23 @@ def test_front_ends_never_reach_for_the_engine(path: Path) -> None:
         if isinstance(node, ast.Attribute) and node.attr in ("engine", "_engine")
     ]
     assert not touched, f"{module_name(path)} reaches for the engine on lines {touched}"
+
+
+def test_relative_imports_are_resolved(tmp_path: Path) -> None:
+    """A relative import cannot hide a layer violation from the check above."""
+    front = SRC / "_frontends" / "cli" / "_exec.py"
+    sample = front.with_name("_sample_for_layer_test.py")
+    tree_text = "from ..._engine import client\nfrom .. import api\nfrom ._common import say\n"
+    try:
+        sample.write_text(tree_text)
+        found = imports(sample)
+    finally:
+        sample.unlink()
+    assert found == [
+        "pybox._engine",
+        "pybox._frontends.api",
+        "pybox._frontends.cli._common",
+    ]
 
 
 def test_the_bootstrap_imports_nothing_from_pybox() -> None:

@@ -11,7 +11,6 @@ import pytest
 
 from pybox._adapters import confinement as confinement_adapter
 from pybox._adapters.confinement import host_apparmor, seccomp_profile
-from pybox._adapters.engine import DockerEngine
 from pybox._core.posture import verify
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
@@ -26,6 +25,7 @@ from pybox._core.seccomp import (
     profile_sha256,
     security_opt_view,
 )
+from pybox._engine import DockerEngine
 from pybox._orchestration import doctor
 from pybox._orchestration.doctor import seccomp_problem
 from pybox._orchestration.session import Session

@@ -41,9 +41,9 @@ from pybox._adapters.cgroups import (
     location_of,
     relative_candidates,
 )
-from pybox._adapters.engine import EngineEndpoint
 from pybox._core.errors import PlatformError, VMIsolationError
 from pybox._core.receipt import KernelObserved, Unknown
+from pybox._engine import EngineEndpoint
 
 PROFILE = "pybox"
 MIN_COLIMA_VERSION = (0, 10, 0)  # the first with `--mount none` and `--port-forwarder none`

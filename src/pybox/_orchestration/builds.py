@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.confinement import confinement as engine_confinement
-from pybox._adapters.engine import Engine, JSONObject
 from pybox._adapters.piptool import PipSettings, download_pip_wheel, read_cert, redact
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
@@ -72,6 +71,7 @@ from pybox._core.posture import (
     check_requirements,
 )
 from pybox._core.seccomp import Confinement
+from pybox._engine import Engine, JSONObject
 from pybox._orchestration.cleanup import remove_and_confirm
 from pybox._orchestration.images import Replaced
 

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pybox._adapters.engine import Engine
 from pybox._adapters.state import StateStore
 from pybox._core.posture import LABEL_EXPIRES_AT, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID
+from pybox._engine import Engine
 
 CONFIRM_WAIT_S = 10.0
 

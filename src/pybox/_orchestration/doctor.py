@@ -18,7 +18,6 @@ from typing import Any
 from pybox._adapters.cgroups import cgroup_version
 from pybox._adapters.config import load_settings
 from pybox._adapters.confinement import host_apparmor, seccomp_profile
-from pybox._adapters.engine import DockerEngine, Engine, EngineEndpoint, JSONObject, find_endpoint
 from pybox._adapters.host import owner_alive
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, PyboxError
@@ -30,6 +29,7 @@ from pybox._core.seccomp import (
     apparmor_requirement,
     profile_sha256,
 )
+from pybox._engine import DockerEngine, Engine, EngineEndpoint, JSONObject, find_endpoint
 from pybox._orchestration.images import check_images, other_users_image_hint
 from pybox._orchestration.platforms import NO_TOOL_PATHS, ToolPaths, make_colima, open_host
 from pybox._orchestration.vm import colima_state_dict, vm_state

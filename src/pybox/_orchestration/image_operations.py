@@ -11,13 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pybox._adapters.engine import Engine
 from pybox._adapters.piptool import host_pip_settings
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError
 from pybox._core.images import ImageRecord, check_image_name
 from pybox._core.pins import ImagePin, check_registry
+from pybox._engine import Engine
 from pybox._orchestration import registry
 from pybox._orchestration.builds import (
     BuildResult,

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pybox._adapters.engine import Engine, JSONObject
 from pybox._adapters.host import apt_sources, base_mirror, os_codename
 from pybox._adapters.rootfs import Progress, RootfsBuilder
 from pybox._adapters.rootfs_unshare import BuildAccess, build_access, local_builder
@@ -23,6 +22,7 @@ from pybox._core.images import (
     state_mark,
 )
 from pybox._core.posture import BOX_USER, DEFAULT_PATH, WORK_DIR
+from pybox._engine import Engine, JSONObject
 
 BUILDER_VERSION = 1
 STDLIB_PACKAGES = ("python3",)

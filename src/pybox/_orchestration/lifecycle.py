@@ -22,7 +22,6 @@ from typing import Any
 
 from pybox._adapters.cgroups import Sampler, SamplerFactory, empty_observation
 from pybox._adapters.confinement import confinement
-from pybox._adapters.engine import AttachStream, Engine, JSONObject
 from pybox._adapters.state import StateStore
 from pybox._core import wire
 from pybox._core.capture import HeadTailCapture
@@ -67,6 +66,7 @@ from pybox._core.receipt import (
 from pybox._core.request import RunRequest
 from pybox._core.seccomp import PROFILE_NAME, Confinement
 from pybox._core.status import Evidence, classify
+from pybox._engine import AttachStream, Engine, JSONObject
 from pybox._orchestration.cleanup import remove_and_confirm
 from pybox._orchestration.outputs import FilesReceiver, ReturnedFile
 

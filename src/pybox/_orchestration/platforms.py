@@ -25,9 +25,9 @@ from pybox._adapters.colima import (
     vm_sampler_factory,
 )
 from pybox._adapters.config import Settings
-from pybox._adapters.engine import DockerEngine, Engine, find_endpoint
 from pybox._adapters.quarantine import mark_quarantined
 from pybox._core.errors import PlatformError, VMIsolationError
+from pybox._engine import DockerEngine, Engine, find_endpoint
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S
 from pybox._orchestration.outputs import FileMarker
 

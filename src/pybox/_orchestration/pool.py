@@ -24,13 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pybox._adapters.engine import AttachStream
 from pybox._core import wire
 from pybox._core.errors import EngineError, PyboxError, SandboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
 from pybox._core.pool import PoolSettings
 from pybox._core.posture import PAYLOAD_WAIT_S
+from pybox._engine import AttachStream
 from pybox._orchestration.cleanup import remove_and_confirm
 from pybox._orchestration.lifecycle import (
     EXPIRY_MARGIN_S,

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pybox._adapters.engine import Engine, JSONObject
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, EngineAPIError, EngineError, ImageError
@@ -25,6 +24,7 @@ from pybox._core.images import (
     ImageRecord,
 )
 from pybox._core.pins import ImagePin, check_registry, parse_pins
+from pybox._engine import Engine, JSONObject
 from pybox._orchestration.builds import locks_dir
 from pybox._orchestration.images import verify_for_run
 

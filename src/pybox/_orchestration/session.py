@@ -16,7 +16,6 @@ from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
 from pybox._adapters.colima_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
-from pybox._adapters.engine import Engine
 from pybox._adapters.host import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
@@ -28,6 +27,7 @@ from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
 from pybox._core.request import RunRequest, check_request
 from pybox._core.seccomp import Confinement
+from pybox._engine import Engine
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.builds import lock_changed
 from pybox._orchestration.cleanup import SweepReport, sweep

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.cgroups import locate
-from pybox._adapters.engine import Engine, JSONObject
 from pybox._adapters.host import (
     bridge_gateway,
     mount_devices,
@@ -49,6 +48,7 @@ from pybox._core.posture import (
 )
 from pybox._core.receipt import Receipt, Status
 from pybox._core.request import InputFile, RunRequest
+from pybox._engine import Engine, JSONObject
 from pybox._orchestration.cleanup import remove_and_confirm
 from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.session import Session

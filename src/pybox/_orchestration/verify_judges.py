@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any, Literal
 
-from pybox._adapters.engine import Engine
 from pybox._core.limits import MIB
 from pybox._core.posture import (
     BOX_HOSTNAME,
     BOX_UID_FIRST,
 )
 from pybox._core.receipt import Receipt, Status
+from pybox._engine import Engine
 from pybox._orchestration.lifecycle import RunOutcome
 
 FLOOD_STDOUT_BYTES = 256 * MIB

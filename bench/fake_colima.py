@@ -1,4 +1,7 @@
-"""A scripted stand-in for the `colima` executable (and a `docker` CLI), for tests.
+"""A scripted stand-in for the `colima` executable (and a `docker` CLI), for tests and benchmarks.
+
+It lives in bench/ so that both the test suite and `bench/colima_path.py` can
+use it without the benchmarks depending on the tests.
 
 `install_fake_colima(folder, ...)` writes two small Python scripts into
 `folder`. The fake `colima` records every call (argv and the environment it

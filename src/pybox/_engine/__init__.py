@@ -1,0 +1,29 @@
+"""The container engine client, in layers a reader can name.
+
+- `endpoint`: where the engine is and how pybox found it;
+- `transport`: how bytes get there (a unix socket today; TCP+TLS or ssh plug in here);
+- `errors`: the one place that turns an engine's HTTP answer into an exception;
+- `stream`: the hijacked attach connection and its stdout/stderr demultiplexing;
+- `interface`: what boxes need and what images need from an engine (Protocols);
+- `client`: `DockerEngine`, the Engine API over a transport.
+
+The package knows no policy, no posture and no receipts.
+"""
+
+from __future__ import annotations
+
+from pybox._engine.client import DockerEngine
+from pybox._engine.endpoint import EngineEndpoint, find_endpoint, socket_candidates
+from pybox._engine.interface import AttachStream, BoxEngine, Engine, ImageEngine, JSONObject
+
+__all__ = [
+    "AttachStream",
+    "BoxEngine",
+    "DockerEngine",
+    "Engine",
+    "EngineEndpoint",
+    "ImageEngine",
+    "JSONObject",
+    "find_endpoint",
+    "socket_candidates",
+]
