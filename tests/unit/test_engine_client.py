@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -331,12 +332,16 @@ def test_attach_upgrades_then_demultiplexes_frames_split_anywhere(
     try:
         stream.send(b"payload")
         chunks: list[tuple[int, bytes]] = []
-        while True:
-            chunk = stream.read(5.0)
-            assert chunk is not None, "the stream stalled"
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            # None: no whole chunk yet (a header may have arrived in pieces); read on.
+            chunk = stream.read(0.5)
             if chunk == (0, b""):
                 break
-            chunks.append(chunk)
+            if chunk is not None:
+                chunks.append(chunk)
+        else:
+            raise AssertionError(f"the stream never ended; got {chunks!r}")
     finally:
         stream.close()
     assert received == [b"payload"]

@@ -297,7 +297,7 @@ def _diagnose(
     host = open_host(settings, environ)
     report["platform"]["pybox_platform"] = host.name
     report["platform"]["chosen_by"] = host.choice.chosen_by
-    if host.name == "colima":
+    if host.in_vm:
         endpoint = _colima_endpoint(report, problems, settings, environ, tools)
         if endpoint is None:
             return

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from pybox._adapters.cgroups import Sampler, SamplerFactory, local_sampler_factory
 from pybox._adapters.colima import (
@@ -25,8 +26,9 @@ from pybox._adapters.colima import (
     vm_sampler_factory,
 )
 from pybox._adapters.config import Settings
+from pybox._adapters.host import owner_alive
 from pybox._adapters.quarantine import mark_quarantined
-from pybox._core.errors import PlatformError, VMIsolationError
+from pybox._core.errors import InvalidRequest, PlatformError, VMIsolationError
 from pybox._engine import DockerEngine, Engine, find_endpoint
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S
 from pybox._orchestration.outputs import FileMarker
@@ -93,14 +95,93 @@ def vm_size(settings: Settings) -> VMSize:
     return VMSize(cpus=colima.cpus, memory_gib=colima.memory_gib, disk_gib=colima.disk_gib)
 
 
-class Host:
-    """How a session reaches its engine and watches its boxes on one platform."""
+class Host(Protocol):
+    """Where a session's boxes run: how to reach the engine, watch a box's
+    counters, mark returned files and tell whether a box's owner is alive.
+    One class per place (`LocalHost`, `ColimaHost`); callers never compare names."""
+
+    settings: Settings
+    environ: Mapping[str, str]
+    choice: PlatformChoice
+
+    @property
+    def name(self) -> str:
+        """The platform's name, for people and reports ("linux", "colima")."""
+        ...
+
+    @property
+    def in_vm(self) -> bool:
+        """True when boxes run in pybox's own VM rather than on this machine's engine."""
+        ...
+
+    def connect(self) -> Engine: ...
+
+    def check_before_run(self) -> None:
+        """Refuse to run when the place boxes run in is no longer as pybox set it up."""
+        ...
+
+    def sampler_factory(self) -> SamplerFactory: ...
+
+    def output_marker(self) -> FileMarker | None: ...
+
+    def owner_alive(self, owner: str) -> bool | None:
+        """Whether the pybox process named in a box's owner label is alive (None: unknown)."""
+        ...
+
+    def colima(self) -> Colima:
+        """The checked Colima driver; only a host in a VM has one."""
+        ...
+
+
+class LocalHost:
+    """Boxes run on this machine's engine (Linux)."""
+
+    in_vm = False
 
     def __init__(
         self, settings: Settings, environ: Mapping[str, str], choice: PlatformChoice
     ) -> None:
         self.settings = settings
-        self.environ = dict(environ)
+        self.environ: Mapping[str, str] = dict(environ)
+        self.choice = choice
+
+    @property
+    def name(self) -> str:
+        return self.choice.name
+
+    def connect(self) -> Engine:
+        return DockerEngine.connect(find_endpoint(self.environ))
+
+    def check_before_run(self) -> None:
+        return None
+
+    def sampler_factory(self) -> SamplerFactory:
+        return local_sampler_factory(SAMPLE_INTERVAL_S)
+
+    def output_marker(self) -> FileMarker | None:
+        return None
+
+    def owner_alive(self, owner: str) -> bool | None:
+        return owner_alive(owner)
+
+    def colima(self) -> Colima:
+        raise InvalidRequest(
+            f"There is no pybox VM here (platform {self.name}, chosen by "
+            f"{self.choice.chosen_by}): boxes run on the local engine. The VM is used on "
+            "macOS, or with PYBOX_PLATFORM=colima."
+        )
+
+
+class ColimaHost:
+    """Boxes run in pybox's own Colima VM (macOS); pybox itself runs on the Mac."""
+
+    in_vm = True
+
+    def __init__(
+        self, settings: Settings, environ: Mapping[str, str], choice: PlatformChoice
+    ) -> None:
+        self.settings = settings
+        self.environ: Mapping[str, str] = dict(environ)
         self.choice = choice
         self._colima: Colima | None = None
         self._lock = threading.Lock()
@@ -119,17 +200,13 @@ class Host:
             return self._colima
 
     def connect(self) -> Engine:
-        if self.name == "colima":
-            endpoint, _ = self.colima().verified_endpoint()
-            return DockerEngine.connect(endpoint)
-        return DockerEngine.connect(find_endpoint(self.environ))
+        endpoint, _ = self.colima().verified_endpoint()
+        return DockerEngine.connect(endpoint)
 
     def check_before_run(self) -> None:
-        """On macOS, re-read the profile's files before every box: a long-lived
-        session must not keep using a VM that was reconfigured with a mount or a
-        port forwarder after it connected."""
-        if self.name != "colima":
-            return
+        """Re-read the profile's files before every box: a long-lived session must
+        not keep using a VM that was reconfigured with a mount or a port forwarder
+        after it connected."""
         problems = self.colima().config_problems()
         if problems:
             raise VMIsolationError(
@@ -139,9 +216,6 @@ class Host:
             )
 
     def sampler_factory(self) -> SamplerFactory:
-        if self.name != "colima":
-            return local_sampler_factory(SAMPLE_INTERVAL_S)
-
         def factory(container_id: str) -> Sampler | None:
             return vm_sampler_factory(self.colima())(container_id)
 
@@ -149,15 +223,24 @@ class Host:
 
     def output_marker(self) -> FileMarker | None:
         """Returned files from the VM get the macOS quarantine mark."""
-        if self.name != "colima":
-            return None
 
         def mark(paths: list[Path]) -> None:
             mark_quarantined(paths)
 
         return mark
 
+    def owner_alive(self, owner: str) -> bool | None:
+        # Owners are pybox processes on the Mac, where this runs, not in the VM.
+        return owner_alive(owner)
+
+
+HOSTS: dict[str, Callable[[Settings, Mapping[str, str], PlatformChoice], Host]] = {
+    "linux": LocalHost,
+    "colima": ColimaHost,
+}
+
 
 def open_host(settings: Settings, environ: Mapping[str, str] | None = None) -> Host:
     env = os.environ if environ is None else environ
-    return Host(settings, env, choose_platform(settings))
+    choice = choose_platform(settings)
+    return HOSTS[choice.name](settings, env, choice)

@@ -96,6 +96,7 @@ class Session:
         # Where boxes run (`open` chooses; sessions built directly are local).
         self.host = host
         self.platform = host.name if host else "linux"
+        self.in_vm = host is not None and host.in_vm
         self._output_marker: FileMarker | None = host.output_marker() if host else None
         # Image IDs are content hashes, so an image checked once stays checked.
         self._verified_images: set[tuple[str, str, str]] = set()
@@ -117,6 +118,7 @@ class Session:
             StateStore(settings.state_dir),
             settings.policy,
             host=host,
+            is_owner_alive=host.owner_alive,
             pool=settings.pool if warm_pool else None,
             log=log,
             environ=env,
@@ -227,7 +229,7 @@ class Session:
         return leftover_boxes(self.engine, self.is_owner_alive)
 
     def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
-        if self.platform == "colima" and self.host is not None:
+        if self.host is not None and self.host.in_vm:
             # Checked before the VM is touched: a Mac has no apt sources to default to.
             source = vm_build_source(self.host, mirror, suite)
             mirror, suite = source.checked()
@@ -245,7 +247,7 @@ class Session:
         self, plan: BuildPlan, progress: Progress, *, force: bool = False
     ) -> ImageRecord:
         builder = None
-        if self.platform == "colima" and self.host is not None:
+        if self.host is not None and self.host.in_vm:
             builder = VMRootfsBuilder(self.host.colima())
         return build_stdlib(self.engine, self.state, plan, progress, force=force, builder=builder)
 

@@ -73,8 +73,8 @@ class VMState:
 
 
 def colima_of(host: Host | None, tools: ToolPaths, *, require_docker: bool = False) -> Colima:
-    """The Colima driver of a session on the colima platform (found, not yet run)."""
-    if host is None or host.name != "colima":
+    """The Colima driver of a session whose boxes run in the VM (found, not yet run)."""
+    if host is None or not host.in_vm:
         chosen = (
             "" if host is None else f" (platform {host.name}, chosen by {host.choice.chosen_by})"
         )

@@ -40,7 +40,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
     mode = "" if args.yes else " (dry run: nothing will be changed)"
     say(f"pybox setup{mode}")
     session = open_session(args)
-    if session.platform == "colima":
+    if session.in_vm:
         return _setup_colima(args, session)
     return _setup_local(args, session)
 
