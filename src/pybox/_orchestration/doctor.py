@@ -319,7 +319,7 @@ def _diagnose(
         )
         return
     report["engine"].update(engine_facts(engine, info))
-    _confinement(report, problems, info, local_host=host.name != "colima")
+    _confinement(report, problems, info, local_host=not host.in_vm)
     state = StateStore(settings.state_dir)
     try:
         images = check_images(engine, state)

@@ -149,7 +149,7 @@ class Session:
         """pybox's seccomp profile and the AppArmor profile boxes on this engine need."""
         if self._confinement is None:
             # Only a local engine shares this machine's kernel, and so its AppArmor.
-            self._confinement = confinement(self.engine.info(), local_host=self.platform == "linux")
+            self._confinement = confinement(self.engine.info(), local_host=not self.in_vm)
         return self._confinement
 
     def resolve(self, request: RunRequest) -> Limits:
