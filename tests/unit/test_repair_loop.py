@@ -13,7 +13,13 @@ import pytest
 
 from pybox._adapters.models import ModelProvider
 from pybox._adapters.state import StateStore
-from pybox._core.errors import InvalidRequest, LimitExceeded, ModelError, ModelRateLimited
+from pybox._core.errors import (
+    ConfigError,
+    InvalidRequest,
+    LimitExceeded,
+    ModelError,
+    ModelRateLimited,
+)
 from pybox._core.limits import LimitRequest
 from pybox._core.repair import (
     Prompt,
@@ -231,11 +237,11 @@ def test_a_failing_model_command_is_a_model_error(session: Session, tmp_path: Pa
     assert report.rounds[0].model_calls == 1
 
 
-def test_a_missing_model_command_is_a_model_error(session: Session) -> None:
+def test_a_missing_model_command_is_refused_before_any_box_runs(session: Session) -> None:
     model = RepairModel.command("/nonexistent/llm -m x")
-    report = repair(session, job(model))
-    assert report.stop_reason is StopReason.MODEL_ERROR
-    assert "Cannot start the model command '/nonexistent/llm'" in report.stop_detail
+    with pytest.raises(ConfigError, match="'/nonexistent/llm' was not found"):
+        repair(session, job(model))
+    assert not session.engine.list_containers({})  # no box was made for it
 
 
 class StubProvider:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -309,3 +310,17 @@ def test_the_loop_waits_out_a_rate_limit_then_repairs(
     assert len(api.seen) == 2
     document = json.dumps(report.to_dict())
     assert KEY not in document and "TEST_KEY" in document
+
+
+def test_a_model_command_that_does_not_exist_is_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    environ = {"PATH": str(tmp_path)}
+    with pytest.raises(ConfigError, match="'no-such-model' was not found"):
+        open_provider(RepairModel.command("no-such-model --flag"), environ)
+    with pytest.raises(ConfigError, match="was not found"):
+        open_provider(RepairModel.command(f"{tmp_path}/missing"), environ)
+    found = tmp_path / "model"
+    found.write_text("#!/bin/sh\n")
+    found.chmod(0o755)
+    assert open_provider(RepairModel.command("model"), environ) is not None

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import threading
@@ -66,6 +67,14 @@ class ModelProvider(Protocol):
 def open_provider(model: RepairModel, environ: Mapping[str, str]) -> ModelProvider:
     """A ready provider, or a clear error before anything is sent."""
     if model.provider is ProviderKind.COMMAND:
+        # Found now, so a typo is a refusal before any box runs, not a model error after.
+        program = model.argv[0] if model.argv else ""
+        if not program or shutil.which(program, path=environ.get("PATH", os.defpath)) is None:
+            raise ConfigError(
+                f"The model command {program!r} was not found (looked in PATH"
+                f"{'' if '/' not in program else ' and at that path'}): nothing was run. "
+                "Install it, or give its full path in --model-cmd."
+            )
         return CommandProvider(model.argv, environ)
     assert model.key_env is not None and model.base_url is not None
     key = environ.get(model.key_env, "")
