@@ -21,20 +21,64 @@ from pybox._core.errors import (
     RequestRejected,
     SandboxError,
 )
-from pybox._core.receipt import RECEIPT_VERSION, Receipt, Status
-from pybox._core.repair import (
-    REPAIR_VERSION,
-    RepairBudget,
-    RepairGoal,
-    RepairModel,
-    RepairReport,
-    RepairRound,
-    RepairRun,
-    StopReason,
-)
-from pybox._core.request import InputFile
-from pybox._frontends.api import Client, OutputFile, RunResult, repair, run_container
 from pybox._version import __version__
+
+# The rest of the public API is imported on first use (PEP 562): `import pybox`,
+# and with it every `pybox` command, does not pay for the orchestration. Not
+# `typing.TYPE_CHECKING`: importing typing costs the command line too; type
+# checkers treat any constant of that name alike.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pybox._core.receipt import RECEIPT_VERSION, Receipt, Status
+    from pybox._core.repair import (
+        REPAIR_VERSION,
+        RepairBudget,
+        RepairGoal,
+        RepairModel,
+        RepairReport,
+        RepairRound,
+        RepairRun,
+        StopReason,
+    )
+    from pybox._core.request import InputFile
+    from pybox._frontends.api import Client, OutputFile, RunResult, repair, run_container
+
+# Public name -> the module that defines it.
+_LAZY = {
+    "RECEIPT_VERSION": "pybox._core.receipt",
+    "Receipt": "pybox._core.receipt",
+    "Status": "pybox._core.receipt",
+    "REPAIR_VERSION": "pybox._core.repair",
+    "RepairBudget": "pybox._core.repair",
+    "RepairGoal": "pybox._core.repair",
+    "RepairModel": "pybox._core.repair",
+    "RepairReport": "pybox._core.repair",
+    "RepairRound": "pybox._core.repair",
+    "RepairRun": "pybox._core.repair",
+    "StopReason": "pybox._core.repair",
+    "InputFile": "pybox._core.request",
+    "Client": "pybox._frontends.api",
+    "OutputFile": "pybox._frontends.api",
+    "RunResult": "pybox._frontends.api",
+    "repair": "pybox._frontends.api",
+    "run_container": "pybox._frontends.api",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups do not come here again
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "RECEIPT_VERSION",

@@ -11,19 +11,23 @@ Each command group lives in its own module with a `register(commands)`
 function. Other front ends (the MCP server) add their commands through
 `main(argv, extra_commands=...)`, called by the composition root
 `pybox._main`, so front ends never import each other.
+
+A command line starts fast by importing only what its command needs: the
+groups are listed as `CommandGroup`s (each command's name and one-line help),
+and a group's module is imported, and its `register` run, only when one of its
+commands is chosen. `pybox version` and `pybox --help` import no command's
+implementation; tests/unit/test_cli_startup.py pins that.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
-import traceback
-from collections.abc import Callable, Sequence
-from types import FrameType
+from collections.abc import Callable, Mapping, Sequence
 
 from pybox._core.errors import ConfigError, PyboxError, RequestRejected
-from pybox._frontends.cli import _exec, _images, _maintenance, _repair, _verify, _vm
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_REJECTED,
@@ -35,20 +39,159 @@ from pybox._frontends.cli._common import (
 )
 from pybox._version import __version__
 
+# Not typing's: importing typing costs every command (see pybox/__init__.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any
+
+    _SubParsers = argparse._SubParsersAction[ArgumentParser]
+else:
+    _SubParsers = argparse._SubParsersAction
+
 Registrar = Callable[[Commands], None]
-COMMAND_GROUPS: tuple[Registrar, ...] = (
-    _exec.register,
-    _images.register,
-    _maintenance.register,
-    _vm.register,
-    _verify.register,
-    _repair.register,
+
+
+class CommandGroup:
+    """The commands a registrar adds, each with its one-line help for `pybox --help`.
+
+    The registrar runs (and imports what it needs) only when one of these
+    commands is chosen. It must add exactly these commands with this help; the
+    test of the command line's start-up checks every group.
+    """
+
+    __slots__ = ("commands", "register")
+
+    def __init__(self, register: Registrar, commands: Mapping[str, str]) -> None:
+        self.register = register
+        self.commands = dict(commands)
+
+
+def _module_group(module: str, commands: Mapping[str, str]) -> CommandGroup:
+    """The commands `register` of this package's `module` adds, imported when chosen."""
+
+    def register(parsers: Commands) -> None:
+        importlib.import_module(f"{__name__}.{module}").register(parsers)
+
+    return CommandGroup(register, commands)
+
+
+COMMAND_GROUPS: tuple[CommandGroup, ...] = (
+    _module_group("_exec", {"exec": "run a program in a fresh box"}),
+    _module_group(
+        "_images",
+        {
+            "setup": "check the engine (or make pybox's VM on macOS) and build the stdlib image",
+            "image": "build and list images",
+        },
+    ),
+    _module_group(
+        "_maintenance",
+        {
+            "sweep": "remove boxes left by runs that died",
+            "doctor": "read-only check of platform, tools, VM, engine, images and leftovers",
+            "version": "print the version",
+        },
+    ),
+    _module_group("_vm", {"vm": "start, stop, check or delete pybox's VM (macOS)"}),
+    _module_group(
+        "_verify",
+        {"verify": "prove containment here: run hostile programs, judge each on evidence"},
+    ),
+    _module_group(
+        "_repair",
+        {"repair": "let a model propose fixes; each runs in a fresh box until a goal is met"},
+    ),
 )
 
-__all__ = ["Registrar", "build_parser", "main"]
+__all__ = ["COMMAND_GROUPS", "CommandGroup", "Commands", "Registrar", "build_parser", "main"]
 
 
-def build_parser(extra_commands: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
+class _Commands(_SubParsers):
+    """`pybox`'s commands. A command listed by a `CommandGroup` starts as an empty
+    parser that only names it; its group's registrar fills it in when it is chosen
+    (for its help too), by `add_parser` handing back that same parser."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._waiting: dict[str, CommandGroup] = {}
+        self._claimable: set[str] = set()
+
+    def add_group(self, group: CommandGroup | Registrar) -> None:
+        if not isinstance(group, CommandGroup):
+            self._run_registrar(group, ())  # a bare registrar adds its commands now
+            return
+        for name, help_text in group.commands.items():
+            self.add_parser(name, help=help_text)
+            self._waiting[name] = group
+
+    def add_parser(self, name: str, **kwargs: Any) -> ArgumentParser:
+        if name not in self._claimable:
+            return super().add_parser(name, **kwargs)
+        self._claimable.discard(name)
+        parser = self._name_parser_map[name]
+        kwargs.pop("help", None)  # listed already, from the group
+        for key in ("description", "usage", "epilog"):
+            if key in kwargs:
+                setattr(parser, key, kwargs.pop(key))
+        if kwargs:
+            raise TypeError(f"a listed command cannot take {sorted(kwargs)} ({name})")
+        return parser
+
+    def fill(self, name: str) -> None:
+        """Run the registrar of `name`'s group, if it has not run yet."""
+        group = self._waiting.get(name)
+        if group is None:
+            return
+        names = [listed for listed, waiting in self._waiting.items() if waiting is group]
+        for listed in names:
+            del self._waiting[listed]
+        self._run_registrar(group.register, names)
+
+    def fill_all(self) -> None:
+        for name in list(self._waiting):
+            self.fill(name)
+
+    def _run_registrar(self, register: Registrar, listed: Sequence[str]) -> None:
+        before = set(self._name_parser_map)
+        self._claimable = set(listed)
+        try:
+            register(self)
+            unclaimed = sorted(self._claimable)
+        finally:
+            self._claimable = set()
+        if unclaimed:
+            raise RuntimeError(f"the registrar of {unclaimed} did not add them")  # a bug
+        added = {*listed, *(set(self._name_parser_map) - before)}
+        _finish_commands({name: self._name_parser_map[name] for name in added})
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.fill(values[0])  # the chosen command's name
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _finish_commands(children: Mapping[str, ArgumentParser]) -> None:
+    """`finish_parsers` for commands added after `pybox`'s own parser was finished.
+
+    `finish_parsers` finishes a parser's commands; these get it through a parent
+    made for the purpose and then dropped.
+    """
+    holder = argparse.ArgumentParser(add_help=False)
+    holder.add_subparsers()._name_parser_map.update(children)
+    finish_parsers(holder)
+
+
+def build_parser(
+    extra_commands: Sequence[CommandGroup | Registrar] = (), *, fill: bool = False
+) -> argparse.ArgumentParser:
+    """`pybox`'s parser. Listed commands are filled in when chosen, or all at once
+    with `fill=True`; bare registrars in `extra_commands` run at once."""
     parser = ArgumentParser(
         prog="pybox",
         description="Run untrusted Python in a fresh, sealed box and get a receipt.",
@@ -59,11 +202,16 @@ def build_parser(extra_commands: Sequence[Registrar] = ()) -> argparse.ArgumentP
         metavar="FILE",
         help="operator config file (TOML), given before the command (default: $PYBOX_CONFIG)",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=ArgumentParser, action=_Commands
+    )
+    assert isinstance(commands, _Commands)
     commands.required = True
-    for register in (*COMMAND_GROUPS, *extra_commands):
-        register(commands)
-    finish_parsers(parser)
+    finish_parsers(parser)  # before any command is added: each is finished as it is
+    for group in (*COMMAND_GROUPS, *extra_commands):
+        commands.add_group(group)
+    if fill:
+        commands.fill_all()
     return parser
 
 
@@ -82,7 +230,9 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Registrar] = ()) -> int:
+def main(
+    argv: Sequence[str] | None = None, extra_commands: Sequence[CommandGroup | Registrar] = ()
+) -> int:
     parser = build_parser(extra_commands)
     args = parse(parser, argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
@@ -102,6 +252,8 @@ def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Registrar] 
         return EXIT_PYBOX_FAILED
     except Exception as exc:  # never a traceback for a user, unless asked for
         if os.environ.get("PYBOX_DEBUG"):
+            import traceback
+
             traceback.print_exc()
         say(
             f"pybox: internal error: {type(exc).__name__}: {exc}. This is a bug in pybox; "
