@@ -14,17 +14,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pybox._adapters.cgroups import Sampler, SamplerFactory, local_sampler_factory
-from pybox._adapters.colima import (
-    HOMEBREW_BIN_DIRS,
-    PROFILE,
-    Colima,
-    VMSize,
-    find_tool,
-    vm_sampler_factory,
-)
 from pybox._adapters.config import Settings
 from pybox._adapters.host import owner_alive
 from pybox._adapters.quarantine import mark_quarantined
@@ -32,6 +24,10 @@ from pybox._core.errors import InvalidRequest, PlatformError, VMIsolationError
 from pybox._engine import DockerEngine, Engine, find_endpoint
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S
 from pybox._orchestration.outputs import FileMarker
+
+# The Colima driver is imported where the VM is used: a Linux run does not pay for it.
+if TYPE_CHECKING:
+    from pybox._adapters.colima import Colima, VMSize
 
 
 @dataclass(frozen=True)
@@ -65,11 +61,14 @@ def make_colima(
     environ: Mapping[str, str],
     tools: ToolPaths = NO_TOOL_PATHS,
     *,
-    search_dirs: Sequence[str] = HOMEBREW_BIN_DIRS,
+    search_dirs: Sequence[str] | None = None,
     require_docker: bool = True,
 ) -> Colima:
     """Find the tools (explicit flag, then PYBOX_COLIMA / PYBOX_DOCKER_CLI, then
-    the config file, then Homebrew's folders) and return the Colima driver."""
+    the config file, then `search_dirs`: Homebrew's folders) and return the Colima driver."""
+    from pybox._adapters.colima import HOMEBREW_BIN_DIRS, Colima, find_tool
+
+    search_dirs = HOMEBREW_BIN_DIRS if search_dirs is None else search_dirs
     colima = find_tool(
         "colima",
         tools.colima or environ.get("PYBOX_COLIMA") or settings.colima.colima,
@@ -91,6 +90,8 @@ def make_colima(
 
 
 def vm_size(settings: Settings) -> VMSize:
+    from pybox._adapters.colima import VMSize
+
     colima = settings.colima
     return VMSize(cpus=colima.cpus, memory_gib=colima.memory_gib, disk_gib=colima.disk_gib)
 
@@ -207,6 +208,8 @@ class ColimaHost:
         """Re-read the profile's files before every box: a long-lived session must
         not keep using a VM that was reconfigured with a mount or a port forwarder
         after it connected."""
+        from pybox._adapters.colima import PROFILE
+
         problems = self.colima().config_problems()
         if problems:
             raise VMIsolationError(
@@ -216,6 +219,8 @@ class ColimaHost:
             )
 
     def sampler_factory(self) -> SamplerFactory:
+        from pybox._adapters.colima import vm_sampler_factory
+
         def factory(container_id: str) -> Sampler | None:
             return vm_sampler_factory(self.colima())(container_id)
 

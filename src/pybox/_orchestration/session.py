@@ -10,10 +10,9 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
-from pybox._adapters.colima_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
 from pybox._adapters.host import current_owner, owner_alive
@@ -31,8 +30,6 @@ from pybox._engine import Engine
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.builds import lock_changed
 from pybox._orchestration.cleanup import SweepReport, sweep
-from pybox._orchestration.doctor import engine_facts, leftover_boxes
-from pybox._orchestration.image_operations import ImageOperations
 from pybox._orchestration.images import (
     BuildPlan,
     ImageStatus,
@@ -45,9 +42,13 @@ from pybox._orchestration.images import (
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
 from pybox._orchestration.outputs import FileMarker, publish
 from pybox._orchestration.platforms import Host, open_host
-from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
-from pybox._orchestration.vm import vm_build_source
 from pybox._version import __version__
+
+# What only images, the VM, doctor and the warm pool need is imported where they
+# are used: a one-shot `pybox exec` does not pay for it.
+if TYPE_CHECKING:
+    from pybox._orchestration.image_operations import ImageOperations
+    from pybox._orchestration.pool import PoolStats
 
 
 class Session:
@@ -92,7 +93,11 @@ class Session:
         self._confinement: Confinement | None = None
         # Long-lived users (the MCP server, a Client) get a warm pool; one-shot
         # CLI calls do not pay to fill one.
-        self._pool = WarmPool(self._context, pool, log) if pool is not None else None
+        self._pool = None
+        if pool is not None:
+            from pybox._orchestration.pool import WarmPool
+
+            self._pool = WarmPool(self._context, pool, log)
         # Where boxes run (`open` chooses; sessions built directly are local).
         self.host = host
         self.platform = host.name if host else "linux"
@@ -221,15 +226,22 @@ class Session:
 
     def engine_report(self) -> dict[str, Any]:
         """Socket, versions, cgroup version and runtimes of the engine."""
+        from pybox._orchestration.doctor import engine_facts
+
         engine = self.engine
         facts = engine_facts(engine, engine.info())
         return {"socket": engine.endpoint.url, "found_by": engine.endpoint.found_by, **facts}
 
     def leftovers(self) -> list[dict[str, Any]]:
+        from pybox._orchestration.doctor import leftover_boxes
+
         return leftover_boxes(self.engine, self.is_owner_alive)
 
     def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
         if self.host is not None and self.host.in_vm:
+            from pybox._adapters.colima_build import VM_DEBIAN_KEYRING
+            from pybox._orchestration.vm import vm_build_source
+
             # Checked before the VM is touched: a Mac has no apt sources to default to.
             source = vm_build_source(self.host, mirror, suite)
             mirror, suite = source.checked()
@@ -248,6 +260,8 @@ class Session:
     ) -> ImageRecord:
         builder = None
         if self.host is not None and self.host.in_vm:
+            from pybox._adapters.colima_build import VMRootfsBuilder
+
             builder = VMRootfsBuilder(self.host.colima())
         return build_stdlib(self.engine, self.state, plan, progress, force=force, builder=builder)
 
@@ -256,6 +270,8 @@ class Session:
 
     def images(self) -> ImageOperations:
         """Building from locks, verifying, removing, pulling and pushing images."""
+        from pybox._orchestration.image_operations import ImageOperations
+
         return ImageOperations(lambda: self.engine, self.state, self.owner, self._environ)
 
     def sweep(self) -> SweepReport:
@@ -290,6 +306,8 @@ class Session:
             self.host.check_before_run()
         warm = None
         if self._pool is not None:
+            from pybox._orchestration.pool import PoolKey
+
             key = PoolKey.of(image, limits, request.code_name)
             warm = self._pool.take(key)
         run = BoxRun(self._context(), request, limits, image, files_dir, cancel, swept, warm)
@@ -307,6 +325,8 @@ class Session:
         """
         if self._pool is None:
             return False
+        from pybox._orchestration.pool import PoolKey
+
         request = request or RunRequest(code=b"")
         key = PoolKey.of(
             self.verified_image(request.image), self.resolve(request), request.code_name
