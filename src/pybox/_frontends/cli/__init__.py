@@ -22,7 +22,6 @@ implementation; tests/unit/test_cli_startup.py pins that.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -71,6 +70,8 @@ def _module_group(module: str, commands: Mapping[str, str]) -> CommandGroup:
     """The commands `register` of this package's `module` adds, imported when chosen."""
 
     def register(parsers: Commands) -> None:
+        import importlib
+
         importlib.import_module(f"{__name__}.{module}").register(parsers)
 
     return CommandGroup(register, commands)
@@ -108,12 +109,14 @@ __all__ = ["COMMAND_GROUPS", "CommandGroup", "Commands", "Registrar", "build_par
 
 
 class _Commands(_SubParsers):
-    """`pybox`'s commands. A command listed by a `CommandGroup` starts as an empty
-    parser that only names it; its group's registrar fills it in when it is chosen
-    (for its help too), by `add_parser` handing back that same parser."""
+    """`pybox`'s commands. A command listed by a `CommandGroup` is named (its choice
+    and its help line) before it has a parser: its group's registrar makes the
+    parser when the command is chosen, for its help too. Until then the name maps
+    to one shared, empty stand-in, so argparse knows it as a choice."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._stand_in = ArgumentParser(add_help=False)
         self._waiting: dict[str, CommandGroup] = {}
         self._claimable: set[str] = set()
 
@@ -122,20 +125,22 @@ class _Commands(_SubParsers):
             self._run_registrar(group, ())  # a bare registrar adds its commands now
             return
         for name, help_text in group.commands.items():
-            self.add_parser(name, help=help_text)
+            if name in self._name_parser_map:
+                raise argparse.ArgumentError(self, f"conflicting subparser: {name}")
+            self._choices_actions.append(self._ChoicesPseudoAction(name, (), help_text))
+            self._name_parser_map[name] = self._stand_in
             self._waiting[name] = group
 
     def add_parser(self, name: str, **kwargs: Any) -> ArgumentParser:
         if name not in self._claimable:
             return super().add_parser(name, **kwargs)
+        # A listed command: its help line is there already, and its parser takes
+        # the stand-in's place (the order of the commands stays as listed).
         self._claimable.discard(name)
-        parser = self._name_parser_map[name]
-        kwargs.pop("help", None)  # listed already, from the group
-        for key in ("description", "usage", "epilog"):
-            if key in kwargs:
-                setattr(parser, key, kwargs.pop(key))
-        if kwargs:
-            raise TypeError(f"a listed command cannot take {sorted(kwargs)} ({name})")
+        kwargs.pop("help", None)
+        kwargs.setdefault("prog", f"{self._prog_prefix} {name}")
+        parser = self._parser_class(**kwargs)
+        self._name_parser_map[name] = parser
         return parser
 
     def fill(self, name: str) -> None:
@@ -183,7 +188,7 @@ def _finish_commands(children: Mapping[str, ArgumentParser]) -> None:
     made for the purpose and then dropped.
     """
     holder = argparse.ArgumentParser(add_help=False)
-    holder.add_subparsers()._name_parser_map.update(children)
+    holder.add_subparsers(prog="")._name_parser_map.update(children)  # prog: no usage to format
     finish_parsers(holder)
 
 
@@ -203,7 +208,12 @@ def build_parser(
         help="operator config file (TOML), given before the command (default: $PYBOX_CONFIG)",
     )
     commands = parser.add_subparsers(
-        dest="command", metavar="COMMAND", parser_class=ArgumentParser, action=_Commands
+        # prog as argparse would work it out, given so that no usage is formatted for it
+        prog="pybox",
+        dest="command",
+        metavar="COMMAND",
+        parser_class=ArgumentParser,
+        action=_Commands,
     )
     assert isinstance(commands, _Commands)
     commands.required = True
