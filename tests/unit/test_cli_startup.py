@@ -46,6 +46,7 @@ HEAVY = (
     "threading",
     "tomllib",
     "importlib.resources",
+    "shutil",  # with bz2 and lzma; argparse imports it for the terminal width
 )
 # All that `pybox version` and `pybox --help` may import of pybox.
 LIGHT_PYBOX = {
@@ -233,3 +234,16 @@ def test_a_group_that_does_not_add_what_it_lists_is_a_bug() -> None:
     parser = cli.build_parser([group])
     with pytest.raises(RuntimeError, match="ghost"):
         cli.parse(parser, ["ghost"])
+
+
+@pytest.mark.parametrize("columns", [None, "60", "123", "0", "-5", "wide"])
+def test_the_help_width_is_the_one_shutil_would_give(
+    columns: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert cli.terminal_columns() == shutil.get_terminal_size().columns

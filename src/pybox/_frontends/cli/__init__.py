@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from pybox._core.errors import ConfigError, PyboxError, RequestRejected
@@ -33,6 +34,7 @@ from pybox._frontends.cli._common import (
     EXIT_STOPPED,
     ArgumentParser,
     Commands,
+    HelpFormatter,
     finish_parsers,
     say,
 )
@@ -105,6 +107,38 @@ COMMAND_GROUPS: tuple[CommandGroup, ...] = (
     ),
 )
 
+
+def terminal_columns() -> int:
+    """The terminal's width as `shutil.get_terminal_size()` gives it ($COLUMNS, else
+    the terminal's, else 80), without importing shutil."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _SizedHelpFormatter(HelpFormatter):
+    """The command line's help formatter, given the terminal's width: left to
+    itself, argparse imports shutil for it (with bz2 and lzma, about 2 ms) every
+    time an argument is added, which every command does."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        width = terminal_columns() - 2 if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
 __all__ = ["COMMAND_GROUPS", "CommandGroup", "Commands", "Registrar", "build_parser", "main"]
 
 
@@ -132,6 +166,7 @@ class _Commands(_SubParsers):
             self._waiting[name] = group
 
     def add_parser(self, name: str, **kwargs: Any) -> ArgumentParser:
+        kwargs.setdefault("formatter_class", _SizedHelpFormatter)
         if name not in self._claimable:
             return super().add_parser(name, **kwargs)
         # A listed command: its help line is there already, and its parser takes
@@ -200,6 +235,7 @@ def build_parser(
     parser = ArgumentParser(
         prog="pybox",
         description="Run untrusted Python in a fresh, sealed box and get a receipt.",
+        formatter_class=_SizedHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"pybox {__version__}")
     parser.add_argument(
