@@ -19,14 +19,14 @@ from pybox._core.errors import ConfigError, ImageBuildError, ImageError, Invalid
 from pybox._core.pins import parse_pins
 from pybox._core.request import RunRequest
 from pybox._core.seccomp import Confinement
-from pybox._orchestration import builds
-from pybox._orchestration.builds import (
+from pybox._features.images import builds
+from pybox._features.images.builds import (
     BuildResult,
     build_lock_image,
     explain_pip_failure,
     plan_lock_image,
 )
-from pybox._orchestration.images import verify_for_run
+from pybox._features.images.records import verify_for_run
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.test_posture import apply, weakenings
@@ -244,7 +244,7 @@ def test_pins_are_checked() -> None:
 
 
 def test_pull_and_push_through_the_fake_registry(engine: FakeEngine, state: StateStore) -> None:
-    from pybox._orchestration import registry
+    from pybox._features.images import registry
 
     record = state.image("stdlib")
     assert record is not None

@@ -45,7 +45,7 @@ def module_name(path: Path) -> str:
 def layer_of(module: str) -> str:
     if module in COMPOSITION_ROOTS or module.startswith("pybox._frontends"):
         return "frontends"
-    if module.startswith("pybox._orchestration"):
+    if module.startswith(("pybox._orchestration", "pybox._features", "pybox._boxes")):
         return "orchestration"
     if module.startswith(("pybox._adapters", "pybox._engine", "pybox._inbox")):
         return "adapters"
@@ -84,7 +84,7 @@ def imports(path: Path) -> list[str]:
 
 # The bootstrap runs in the box; verify's hostile programs are data, never imported.
 MODULES = sorted(
-    p for p in SRC.rglob("*.py") if p.name != "bootstrap.py" and "_verify_cases" not in p.parts
+    p for p in SRC.rglob("*.py") if p.name != "bootstrap.py" and "cases" not in p.parts
 )
 
 

@@ -16,8 +16,8 @@ from pybox._adapters.piptool import PipSettings
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageBuildError, InvalidRequest
 from pybox._core.locks import parse_lock, wheel_fits, wheel_pythons, wheels_missing
-from pybox._orchestration import builds
-from pybox._orchestration.builds import build_lock_image, plan_lock_image
+from pybox._features.images import builds
+from pybox._features.images.builds import build_lock_image, plan_lock_image
 from tests.unit.fake_engine import ExecScript, FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]

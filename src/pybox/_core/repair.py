@@ -1,7 +1,7 @@
 """The repair loop's values (pure): goal, bounds, model choice, prompt, proposal, report.
 
 A model may only propose code. Everything it sends is text that pybox parses
-into at most one program; the loop (`pybox._orchestration.repair`) runs each
+into at most one program; the loop (`pybox._features.repair.loop`) runs each
 program in a fresh box, like any other code.
 """
 

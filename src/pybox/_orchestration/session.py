@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
-from pybox._adapters.colima_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
+from pybox._adapters.colima.rootfs_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
-from pybox._adapters.host import current_owner, owner_alive
+from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError, LimitExceeded, PyboxError
@@ -28,12 +28,9 @@ from pybox._core.repair import RepairPolicy
 from pybox._core.request import RunRequest, check_request
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
-from pybox._inbox import bootstrap_source
-from pybox._orchestration.builds import lock_changed
-from pybox._orchestration.cleanup import SweepReport, sweep
-from pybox._orchestration.doctor import engine_facts, leftover_boxes
-from pybox._orchestration.image_operations import ImageOperations
-from pybox._orchestration.images import (
+from pybox._features.images.builds import lock_changed
+from pybox._features.images.operations import ImageOperations
+from pybox._features.images.records import (
     BuildPlan,
     ImageStatus,
     build_stdlib,
@@ -42,11 +39,14 @@ from pybox._orchestration.images import (
     plan_stdlib,
     verify_for_run,
 )
+from pybox._features.vm.control import vm_build_source
+from pybox._inbox import bootstrap_source
+from pybox._orchestration.cleanup import SweepReport, sweep
+from pybox._orchestration.doctor import engine_facts, leftover_boxes
+from pybox._orchestration.hosts import Host, open_host
 from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
 from pybox._orchestration.outputs import FileMarker, publish
-from pybox._orchestration.platforms import Host, open_host
 from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
-from pybox._orchestration.vm import vm_build_source
 from pybox._version import __version__
 
 

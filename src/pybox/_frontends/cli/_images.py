@@ -12,6 +12,16 @@ from pybox._core.errors import EngineError, InvalidRequest, PyboxError
 from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
+from pybox._features.images.records import BuildPlan, stdlib_build_access, sudo_problem
+from pybox._features.vm.control import (
+    colima_of,
+    plan_colima_vm,
+    plan_vm_image,
+    size_of,
+    start_vm,
+    stop_vm,
+    vm_build_source,
+)
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     ArgumentParser,
@@ -23,17 +33,7 @@ from pybox._frontends.cli._common import (
     tool_paths,
 )
 from pybox._orchestration.doctor import READY_COMMAND, engine_problem_step
-from pybox._orchestration.images import BuildPlan, stdlib_build_access, sudo_problem
 from pybox._orchestration.session import Session
-from pybox._orchestration.vm import (
-    colima_of,
-    plan_colima_vm,
-    plan_vm_image,
-    size_of,
-    start_vm,
-    stop_vm,
-    vm_build_source,
-)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:

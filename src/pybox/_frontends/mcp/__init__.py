@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from pybox._core.errors import ConfigError, PyboxError
 from pybox._core.images import check_image_name
 from pybox._core.limits import KIB, MIB, parse_user_value
-from pybox._frontends.mcp._clientconfig import (
+from pybox._frontends.mcp._client_config import (
     CLIENTS,
     WHERE,
     carried_environment,

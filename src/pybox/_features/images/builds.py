@@ -72,8 +72,8 @@ from pybox._core.posture import (
 )
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine, JSONObject
+from pybox._features.images.records import Replaced
 from pybox._orchestration.cleanup import remove_and_confirm
-from pybox._orchestration.images import Replaced
 
 LOCK_BUILDER_VERSION = 1
 VENV_DIR = "/opt/venv"

@@ -18,8 +18,8 @@ from pybox._core.errors import ImageError
 from pybox._core.images import ImageRecord, check_image_name
 from pybox._core.pins import ImagePin, check_registry
 from pybox._engine import Engine
-from pybox._orchestration import registry
-from pybox._orchestration.builds import (
+from pybox._features.images import registry
+from pybox._features.images.builds import (
     BuildResult,
     LockBuildPlan,
     build_lock_image,
@@ -28,7 +28,7 @@ from pybox._orchestration.builds import (
     read_lock,
     shipped_lock,
 )
-from pybox._orchestration.images import image_problem, remove_recorded, remove_replaced
+from pybox._features.images.records import image_problem, remove_recorded, remove_replaced
 from pybox._version import __version__
 
 

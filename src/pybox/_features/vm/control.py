@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pybox._adapters.colima import (
+from pybox._adapters.colima.profile import (
     INSTALL_COMMAND,
     MIN_COLIMA_VERSION,
     PROFILE,
@@ -21,7 +21,7 @@ from pybox._adapters.colima import (
     VMSize,
     VMStatus,
 )
-from pybox._adapters.colima_build import (
+from pybox._adapters.colima.rootfs_build import (
     SUDO,
     VM_BUILD_TEMPLATE,
     VM_BUILD_TOOLS,
@@ -41,8 +41,8 @@ from pybox._core.errors import (
     PyboxError,
     VMIsolationError,
 )
-from pybox._orchestration.images import STDLIB_PACKAGES, STDLIB_PYTHON
-from pybox._orchestration.platforms import Host, ToolPaths, make_colima, vm_size
+from pybox._features.images.records import STDLIB_PACKAGES, STDLIB_PYTHON
+from pybox._orchestration.hosts import Host, ToolPaths, make_colima, vm_size
 
 Progress = Callable[[str], None]
 
