@@ -28,7 +28,7 @@ from pybox._core.repair import RepairPolicy
 from pybox._core.request import RunRequest, check_request
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
-from pybox._features.images.builds import lock_changed
+from pybox._features.images.lock_plans import lock_changed
 from pybox._features.images.operations import ImageOperations
 from pybox._features.images.records import (
     BuildPlan,

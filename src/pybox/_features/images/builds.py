@@ -19,87 +19,57 @@ removed, and confirmed gone, on every exit path.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
-import re
 import secrets
-import tarfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
 from pybox._adapters.confinement import confinement as engine_confinement
 from pybox._adapters.piptool import PipSettings, download_pip_wheel, read_cert, redact
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
-from pybox._core.build_posture import BuildBoxSpec, build_requirements
-from pybox._core.errors import (
-    ConfigError,
-    EngineError,
-    ImageBuildError,
-    ImageError,
-    InvalidRequest,
-)
+from pybox._core.errors import EngineError, ImageBuildError
 from pybox._core.images import (
-    IMAGE_REPO_PREFIX,
     LABEL_IMAGE,
     LABEL_PYTHON,
     LABEL_RECIPE,
     LABEL_STATE,
     ImageRecord,
-    Recipe,
-    check_image_name,
     state_mark,
 )
-from pybox._core.limits import MIB
-from pybox._core.locks import Lock, normalize_name, parse_lock, wheel_pythons, wheels_missing
-from pybox._core.posture import (
-    BOX_USER,
-    DEFAULT_PATH,
-    LABEL_EXPIRES_AT,
-    LABEL_MANAGED,
-    LABEL_OWNER,
-    LABEL_RUN_ID,
-    LABEL_VERSION,
-    WORK_DIR,
-    PostureReport,
-    body_from,
-    check_requirements,
-)
+from pybox._core.locks import normalize_name, wheel_pythons, wheels_missing
+from pybox._core.posture import BOX_USER, WORK_DIR
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine, JSONObject
+from pybox._features.images.build_box import (
+    BASE_PYTHON,
+    BUILD_BOX_LABELS,
+    BUILD_DIR,
+    BUILD_NETWORK,
+    BoxPython,
+    BuildBox,
+    BuildStep,
+    box_python,
+    build_box_body,
+    build_box_spec,
+    build_inputs_tar,
+    read_back_build_box,
+)
+from pybox._features.images.lock_plans import (
+    IMAGE_ENV,
+    INSTALL_OPTIONS,
+    VENV_DIR,
+    VENV_PYTHON,
+    LockBuildPlan,
+)
+from pybox._features.images.pip_output import PipProgress, explain_pip_failure
 from pybox._features.images.records import Replaced
 from pybox._orchestration.cleanup import remove_and_confirm
 
-LOCK_BUILDER_VERSION = 1
-VENV_DIR = "/opt/venv"
-VENV_PYTHON = f"{VENV_DIR}/bin/python3"
-BASE_PYTHON = "/usr/bin/python3"
-BUILD_DIR = "/pybox-build"
-BUILD_NETWORK = "bridge"
-INSTALL_OPTIONS = ("--require-hashes", "--only-binary=:all:", "--no-cache-dir")
-BUILD_TIMEOUT_S = 3600
 INSTALL_TIMEOUT_S = 1800.0
 STEP_TIMEOUT_S = 300.0
-BUILD_MEMORY_BYTES = 4096 * MIB
-BUILD_TMP_BYTES = 2048 * MIB
-BUILD_PIDS = 1024
-PIP_LOCK_NAME = "pip.lock"
-BUILD_BOX_LABELS = (LABEL_MANAGED, LABEL_RUN_ID, LABEL_OWNER, LABEL_EXPIRES_AT, LABEL_VERSION)
-
-# The committed image's environment. Caches point at the box's tmpfs; thread
-# counts follow each run's CPU limit and are set per run (see BoxSpec).
-IMAGE_ENV: tuple[tuple[str, str], ...] = (
-    ("PATH", f"{VENV_DIR}/bin:{DEFAULT_PATH}"),
-    ("VIRTUAL_ENV", VENV_DIR),
-    ("MPLBACKEND", "Agg"),
-    ("MPLCONFIGDIR", "/tmp/matplotlib"),
-    ("XDG_CACHE_HOME", "/tmp/.cache"),
-)
 
 _CHECK_SCRIPT = (
     "import json, os, importlib.metadata as m\n"
@@ -119,152 +89,6 @@ _VENV_SCRIPT = (
 
 
 @dataclass(frozen=True)
-class BoxPython:
-    """The build box's Python, as it reported itself (None: it did not say)."""
-
-    implementation: str
-    version: str
-    tag: str
-    machine: str
-
-    def describe(self) -> str:
-        return f"{self.implementation} {self.version} ({self.tag}) on {self.machine}"
-
-
-def box_python(lines: list[str]) -> BoxPython | None:
-    for line in reversed(lines):
-        try:
-            found = json.loads(line)
-            return BoxPython(
-                str(found["implementation"]),
-                str(found["version"]),
-                str(found["tag"]),
-                str(found["machine"]),
-            )
-        except (ValueError, TypeError, KeyError):
-            continue
-    return None
-
-
-_SHOWN_PIP_LINES = ("Collecting", "Installing collected", "Successfully installed", "ERROR")
-
-
-def locks_dir(environ: Mapping[str, str]) -> Path:
-    """Where pybox's shipped lock files are: PYBOX_LOCKS_DIR, else inside the package.
-
-    They live in `pybox/_locks` (the repository's `locks/` points there), so an
-    installed pybox has them as well as a checkout.
-    """
-    explicit = environ.get("PYBOX_LOCKS_DIR")
-    if explicit:
-        return Path(explicit)
-    return Path(__file__).resolve().parents[1] / "_locks"
-
-
-def read_lock(path: Path) -> Lock:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidRequest(
-            f"Cannot read the lock file {path}: {exc.strerror or exc}. Give a lock file made "
-            "with `pip-compile --generate-hashes` or `uv pip compile --generate-hashes`."
-        ) from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidRequest(f"The lock file {path} is not UTF-8 text.") from exc
-    return parse_lock(text, str(path))
-
-
-def shipped_lock(name: str, environ: Mapping[str, str]) -> Path:
-    path = locks_dir(environ) / f"{name}.lock"
-    if not path.is_file():
-        raise ConfigError(
-            f"No shipped lock file for {name!r} at {path}. Pass --lock FILE, or set "
-            "PYBOX_LOCKS_DIR to the folder holding pybox's locks/."
-        )
-    return path
-
-
-@dataclass(frozen=True)
-class LockBuildPlan:
-    name: str
-    lock: Lock
-    lock_path: Path
-    pip_lock: Lock
-    base: ImageRecord
-    recipe: Recipe
-    reference: str
-    up_to_date: bool
-    recorded: ImageRecord | None
-
-
-def plan_lock_image(
-    engine: Engine,
-    state: StateStore,
-    name: str,
-    lock_path: Path,
-    environ: Mapping[str, str],
-) -> LockBuildPlan:
-    """What building `name` from `lock_path` would do, without doing it."""
-    check_image_name(name)
-    if name == "stdlib":
-        raise InvalidRequest(
-            "stdlib is the base image, built with debootstrap; it takes no lock file. "
-            "Choose another name for a lock-built image."
-        )
-    lock = read_lock(lock_path)
-    pip_lock = read_lock(locks_dir(environ) / PIP_LOCK_NAME)
-    if len(pip_lock.requirements) != 1 or pip_lock.requirements[0].key != "pip":
-        raise ConfigError(f"{pip_lock.source} must lock exactly one package: pip.")
-    base = state.image("stdlib")
-    if base is None:
-        raise ImageError(
-            f"A {name} image is built on the stdlib image, which is not recorded in "
-            f"{state.root}. Run `pybox setup --yes` first."
-        )
-    found = engine.inspect_image(base.image_id)
-    if found is None or found.get("Id") != base.image_id:
-        raise ImageError(
-            f"The recorded stdlib image {base.image_id} is not in the engine. Rebuild it with "
-            "`pybox image build stdlib`."
-        )
-    recipe = Recipe(
-        name=name,
-        base=base.image_id,
-        suite="",
-        mirror="",
-        packages=lock.pins,
-        builder_version=LOCK_BUILDER_VERSION,
-        extra=(
-            ("lock_sha256", lock.sha256),
-            ("pip", pip_lock.requirements[0].line()),
-            ("install_options", " ".join(INSTALL_OPTIONS)),
-            ("venv", VENV_DIR),
-            ("env", json.dumps(IMAGE_ENV)),
-        ),
-    )
-    recorded = state.image(name)
-    up_to_date = (
-        recorded is not None
-        and recorded.recipe_hash == recipe.hash
-        and (image := engine.inspect_image(recorded.image_id)) is not None
-        and image.get("Id") == recorded.image_id
-    )
-    reference = f"{IMAGE_REPO_PREFIX}{name}:{recipe.hash.split(':')[1][:12]}"
-    return LockBuildPlan(
-        name, lock, lock_path, pip_lock, base, recipe, reference, bool(up_to_date), recorded
-    )
-
-
-@dataclass(frozen=True)
-class BuildStep:
-    """One step of a build, with the networks the engine showed the box on."""
-
-    name: str
-    elapsed_s: float
-    networks: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class BuildResult:
     record: ImageRecord
     built: bool
@@ -272,227 +96,6 @@ class BuildResult:
     interfaces_after_install: tuple[str, ...] = ()
     # The image this build replaced (set by ImageOperations.build), if any.
     replaced: Replaced | None = None
-
-
-def build_box_spec(
-    image_id: str,
-    *,
-    run_id: str,
-    owner: str,
-    pybox_version: str,
-    cpus: int,
-    confinement: Confinement,
-) -> BuildBoxSpec:
-    return BuildBoxSpec(
-        image_id=image_id,
-        # The box ends itself if pybox never comes back; pybox kills it sooner.
-        entrypoint=(BASE_PYTHON, "-I", "-S", "-c", f"import time; time.sleep({BUILD_TIMEOUT_S})"),
-        env=(f"PATH={DEFAULT_PATH}", "LANG=C.UTF-8", "HOME=/root", "TMPDIR=/tmp"),
-        labels=(
-            (LABEL_MANAGED, "1"),
-            (LABEL_RUN_ID, run_id),
-            (LABEL_OWNER, owner),
-            (LABEL_EXPIRES_AT, str(int(time.time()) + BUILD_TIMEOUT_S)),
-            (LABEL_VERSION, pybox_version),
-        ),
-        # Created on the bridge so it can be attached later; detached before start.
-        network=BUILD_NETWORK,
-        tmpfs=(("/tmp", f"rw,nosuid,nodev,noexec,size={BUILD_TMP_BYTES},mode=1777"),),
-        memory_bytes=BUILD_MEMORY_BYTES,
-        cpus=cpus,
-        pids=BUILD_PIDS,
-        confinement=confinement,
-    )
-
-
-def build_box_body(spec: BuildBoxSpec) -> JSONObject:
-    """The build box's create body, built from its posture table only."""
-    return body_from(build_requirements(spec))
-
-
-def read_back_build_box(engine: Engine, spec: BuildBoxSpec, container_id: str) -> PostureReport:
-    """The build box as the engine made it, checked against its table before start."""
-    inspected = engine.inspect_container(container_id)
-    if inspected is None:
-        raise ImageBuildError("The build box vanished between create and inspect.")
-    report = check_requirements(build_requirements(spec), inspected)
-    if not report.ok:
-        details = "; ".join(m.describe() for m in report.mismatches[:5])
-        raise ImageBuildError(
-            f"The build box was refused before start: {len(report.mismatches)} setting(s) "
-            f"differ from what pybox asked for: {details}. Nothing was built; check the "
-            "engine's configuration (`pybox doctor`)."
-        )
-    return report
-
-
-def _tar(files: Mapping[str, bytes]) -> bytes:
-    """A tar holding BUILD_DIR with `files`, owned by root, readable by root only."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        directory = tarfile.TarInfo(BUILD_DIR.lstrip("/"))
-        directory.type = tarfile.DIRTYPE
-        directory.mode = 0o700
-        archive.addfile(directory)
-        for name, data in files.items():
-            info = tarfile.TarInfo(f"{BUILD_DIR.lstrip('/')}/{name}")
-            info.size = len(data)
-            info.mode = 0o600
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-# pip 23-26: "    six==1.17.0 from https://.../six-...whl (from -r FILE (line 1)):"
-_HASH_FAILURE_RE = re.compile(r"^\s+(?P<pin>\S+==\S+) from (?P<url>\S+?)(?: \(from .*\))?:?$")
-# "Expected sha256 HEX", then "Expected     or HEX" for each further allowed hash.
-_EXPECTED_RE = re.compile(r"^\s+Expected\s+(?:sha256|or)\s+(?P<hex>[0-9a-f]+)")
-_GOT_RE = re.compile(r"^\s+Got\s+(?P<hex>\S+)")
-_NOT_FOUND_RE = re.compile(
-    r"(?:Could not find a version that satisfies the requirement|"
-    r"No matching distribution found for) (?P<pin>\S+)"
-)
-_COLLECTING_RE = re.compile(r"^Collecting (?P<pin>\S+)")
-_UNREACHABLE_RE = re.compile(
-    r"Retrying|NewConnectionError|Max retries exceeded|SSLError|CERTIFICATE_VERIFY_FAILED|"
-    r"Temporary failure in name resolution|Could not fetch URL"
-)
-
-
-def explain_pip_failure(lines: list[str]) -> tuple[str | None, str]:
-    """(package, why) from pip's output, as far as pip said."""
-    for index, line in enumerate(lines):
-        if "DO NOT MATCH THE HASHES" in line:
-            for follow_index in range(index + 1, len(lines)):
-                match = _HASH_FAILURE_RE.match(lines[follow_index])
-                if match:
-                    expected: list[str] = []
-                    got = "?"
-                    for after in lines[follow_index + 1 : follow_index + 40]:
-                        if m := _EXPECTED_RE.match(after):
-                            expected.append(m.group("hex"))
-                        elif m := _GOT_RE.match(after):
-                            got = m.group("hex")
-                            break
-                    return (
-                        match.group("pin"),
-                        f"the downloaded file's sha256 is {got}, but the lock allows only "
-                        f"{' or '.join(expected) or '?'}: the lock is wrong or the file was "
-                        "tampered with",
-                    )
-    unreachable = [line.strip() for line in lines if _UNREACHABLE_RE.search(line)]
-    for line in lines:
-        if unreachable and (match := _NOT_FOUND_RE.search(line)):
-            return (
-                match.group("pin"),
-                f"the index could not be reached ({unreachable[-1][:200]}); check pip's index "
-                "URL and CA bundle (pip config list) and this machine's network",
-            )
-        if match := _NOT_FOUND_RE.search(line):
-            return (
-                match.group("pin"),
-                "no wheel of that version for this image's Python and platform on the index "
-                "(only wheels are installed)",
-            )
-    collecting = [m.group("pin") for line in lines if (m := _COLLECTING_RE.match(line))]
-    errors = [line.strip() for line in lines if line.startswith("ERROR")]
-    why = errors[-1] if errors else (lines[-1].strip() if lines else "pip printed nothing")
-    return (collecting[-1] if collecting else None, why)
-
-
-class _PipProgress:
-    """pip's milestones, with how many of the locked packages it has reached."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.collected = 0
-
-    def __call__(self, line: str) -> str | None:
-        if not line.startswith(_SHOWN_PIP_LINES):
-            return None
-        if line.startswith("Collecting"):
-            self.collected += 1
-            percent = 100 * self.collected // max(self.total, 1)
-            requirement = line.split(" (from", maxsplit=1)[0]
-            return f"[{self.collected}/{self.total} {percent:3d}%] {requirement}"
-        return line
-
-
-class _BuildBox:
-    """The build box's steps: each one an exec, timed, with the engine's network view."""
-
-    def __init__(self, engine: Engine, container_id: str, progress: Progress) -> None:
-        self.engine = engine
-        self.container_id = container_id
-        self.progress = progress
-        self.started = time.monotonic()
-        self.steps: list[BuildStep] = []
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def say(self, message: str) -> None:
-        self.progress(f"[{self.elapsed():6.1f}s] {message}")
-
-    def networks(self) -> tuple[str, ...]:
-        found = self.engine.inspect_container(self.container_id) or {}
-        settings = found.get("NetworkSettings") or {}
-        return tuple(sorted((settings.get("Networks") or {}).keys()))
-
-    def step(self, name: str, action: Callable[[], Any]) -> Any:
-        networks = self.networks()
-        shown = ", ".join(networks) if networks else "none"
-        self.say(f"{name} (network: {shown})")
-        began = time.monotonic()
-        result = action()
-        taken = time.monotonic() - began
-        self.steps.append(BuildStep(name, round(taken, 2), networks))
-        self.say(f"{name}: done in {taken:.1f}s")
-        return result
-
-    def run(
-        self,
-        argv: list[str],
-        timeout_s: float,
-        show: Callable[[str], str | None] = lambda line: None,
-    ) -> tuple[int | None, list[str]]:
-        """Run argv in the box as root; its exit code and output lines."""
-        exec_id = self.engine.exec_create(self.container_id, argv, "0:0")
-        stream = self.engine.exec_start(exec_id)
-        lines: list[str] = []
-        pending = b""
-        deadline = time.monotonic() + timeout_s
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ImageBuildError(
-                        f"A build step did not finish within {timeout_s:g} s: {argv[:3]}."
-                    )
-                chunk = stream.read(min(remaining, 1.0))
-                if chunk is None:
-                    continue
-                source, data = chunk
-                if source == 0:
-                    break
-                pending += data
-                *complete, pending = pending.split(b"\n")
-                for raw in complete:
-                    line = raw.decode("utf-8", "replace").rstrip()
-                    lines.append(line)
-                    shown = show(line)
-                    if shown is not None:
-                        self.say(f"  {shown[:160]}")
-        finally:
-            stream.close()
-        if pending:
-            lines.append(pending.decode("utf-8", "replace").rstrip())
-        code = None
-        for _ in range(50):
-            code = self.engine.exec_exit_code(exec_id)
-            if code is not None:
-                break
-            time.sleep(0.1)
-        return code, lines
 
 
 def build_lock_image(
@@ -544,7 +147,7 @@ def build_lock_image(
     name = f"pybox-build-{run_id}"
     try:
         container_id = engine.create_container(name, build_box_body(spec))
-        box = _BuildBox(engine, container_id, progress)
+        box = BuildBox(engine, container_id, progress)
         box.started = started
         box.say(f"created build box {name} from stdlib")
         posture = read_back_build_box(engine, spec, container_id)
@@ -557,7 +160,7 @@ def build_lock_image(
             raise ImageBuildError(f"The build box is still on {box.networks()} after detaching.")
         box.step(
             "put the lock, pip's wheel and the CA bundle into the box",
-            lambda: engine.put_archive(container_id, "/", _tar(files)),
+            lambda: engine.put_archive(container_id, "/", build_inputs_tar(files)),
         )
         engine.start_container(container_id)
         venv_outcome = box.step(
@@ -589,7 +192,7 @@ def build_lock_image(
                 lambda: box.run(
                     install_argv,
                     INSTALL_TIMEOUT_S,
-                    show=_PipProgress(len(plan.lock.requirements)),
+                    show=PipProgress(len(plan.lock.requirements)),
                 ),
             )
         finally:
@@ -726,24 +329,3 @@ def _image_config(plan: LockBuildPlan, state: str) -> JSONObject:
         },
         "Healthcheck": {"Test": ["NONE"]},
     }
-
-
-def lock_changed(record: ImageRecord) -> str | None:
-    """Why the lock a record was built from no longer matches, or None.
-
-    A lock file that is gone cannot be compared; the image is still pinned by ID
-    and recipe label, so that alone does not stop a run.
-    """
-    if not record.lock_path or not record.lock_sha256:
-        return None
-    try:
-        text = Path(record.lock_path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    now = "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-    if now != record.lock_sha256:
-        return (
-            f"its lock file {record.lock_path} changed since the image was built "
-            f"({record.lock_sha256[:19]} then, {now[:19]} now)"
-        )
-    return None

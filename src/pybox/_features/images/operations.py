@@ -19,10 +19,9 @@ from pybox._core.images import ImageRecord, check_image_name
 from pybox._core.pins import ImagePin, check_registry
 from pybox._engine import Engine
 from pybox._features.images import registry
-from pybox._features.images.builds import (
-    BuildResult,
+from pybox._features.images.builds import BuildResult, build_lock_image
+from pybox._features.images.lock_plans import (
     LockBuildPlan,
-    build_lock_image,
     lock_changed,
     plan_lock_image,
     read_lock,
