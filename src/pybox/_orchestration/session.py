@@ -126,6 +126,15 @@ class Session:
         )
 
     @property
+    def state_dir(self) -> Path:
+        """The folder holding pybox's state (image records, attempts)."""
+        return self.state.root
+
+    def recorded_images(self) -> dict[str, ImageRecord]:
+        """The recorded images by name, as values: front ends never hold the store."""
+        return self.state.images()
+
+    @property
     def engine(self) -> Engine:
         with self._lock:
             if self._engine is None:

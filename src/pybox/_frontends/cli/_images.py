@@ -57,7 +57,7 @@ def _setup_local(args: argparse.Namespace, session: Session) -> int:
         plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
         _report_image(plan, args.yes)
     build_ok = plan is not None and plan.up_to_date and not args.force
-    sudo = None if build_ok else sudo_problem(os.environ, str(session.state.root))
+    sudo = None if build_ok else sudo_problem(os.environ, str(session.state_dir))
     if sudo is not None:
         say(f"  PROBLEM: {sudo}")
     if not build_ok:
@@ -165,7 +165,7 @@ def _report_boxes(session: Session) -> None:
 
 
 def _report_state(session: Session, doing: bool) -> None:
-    root = session.state.root
+    root = session.state_dir
     if root.exists():
         say(f"  state:  {root} (exists)")
     else:

@@ -122,7 +122,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         max_running=_positive("--max-running", args.max_running),
         max_message_bytes=_positive("--max-message", args.max_message) * MIB,
     )
-    check_images(options.images, session.state.images(), str(session.state.root))
+    check_images(options.images, session.recorded_images(), str(session.state_dir))
     options = _fit_machine(session, options)
     dispatcher = build_dispatcher(session, options, registry_from_args(session, args))
     try:
@@ -225,7 +225,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     # Load the policy the server will load: a broken file or variable is said now,
     # not by a client that cannot start the server.
     session = Session.open(operator_environ(parsed, os.environ), config_path)
-    check_images(_images(parsed.images), session.state.images(), str(session.state.root))
+    check_images(_images(parsed.images), session.recorded_images(), str(session.state_dir))
     text = client_config(args.client, args.format, server_args, carried_environment(os.environ))
     sys.stdout.write(text + "\n")
     sys.stdout.flush()

@@ -563,7 +563,7 @@ class Toolbox:
         self.options = options
 
     def allowed_images(self) -> list[str]:
-        recorded = sorted(self.session.state.images())
+        recorded = sorted(self.session.recorded_images())
         if self.options.images is None:
             return recorded
         return [name for name in self.options.images if name in recorded]
