@@ -212,7 +212,7 @@ def _checked_server_args(server_args: Sequence[str]) -> argparse.Namespace:
     return parsed
 
 
-def cmd_config(args: argparse.Namespace) -> int:
+def cmd_client_config(args: argparse.Namespace) -> int:
     server_args = list(args.server_arg or ())
     parsed = _checked_server_args(server_args)
     config_path = args.config
@@ -307,4 +307,4 @@ def register(commands: Any) -> None:
         metavar="ARG",
         help="an argument for `pybox mcp`, such as --max-memory=256 (repeatable)",
     )
-    config.set_defaults(handler=cmd_config)
+    config.set_defaults(handler=cmd_client_config)
