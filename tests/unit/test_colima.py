@@ -16,17 +16,9 @@ import pytest
 from bench.fake_colima import FakeColima, install_fake_colima
 
 from pybox._adapters.cgroups import location_of
-from pybox._adapters.colima.profile import (
-    PROFILE,
-    Colima,
-    HostTool,
-    VMCgroupSampler,
-    find_tool,
-    parse_colima_version,
-    parse_read,
-    read_command,
-    untrusted_reason,
-)
+from pybox._adapters.colima.profile import PROFILE, Colima, parse_colima_version
+from pybox._adapters.colima.sampler import VMCgroupSampler, parse_read, read_command
+from pybox._adapters.colima.tools import HostTool, find_tool, untrusted_reason
 from pybox._adapters.config import load_settings
 from pybox._core.errors import ConfigError, PlatformError
 from pybox._frontends.cli import main

@@ -22,13 +22,14 @@ import pytest
 from bench.fake_colima import FakeColima
 
 from pybox._adapters import rootfs_prepare
-from pybox._adapters.colima.profile import Colima, HostTool
+from pybox._adapters.colima.profile import Colima
 from pybox._adapters.colima.rootfs_build import (
     VM_DEBIAN_KEYRING,
     VMRootfsBuilder,
     check_build_source,
     prepare_program,
 )
+from pybox._adapters.colima.tools import HostTool
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, ImageBuildError
 from pybox._core.images import ImageRecord

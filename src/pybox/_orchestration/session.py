@@ -39,7 +39,7 @@ from pybox._features.images.records import (
     plan_stdlib,
     verify_for_run,
 )
-from pybox._features.vm.control import vm_build_source
+from pybox._features.vm.setup import vm_build_source
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.cleanup import SweepReport, sweep
 from pybox._orchestration.doctor import engine_facts, leftover_boxes

@@ -13,15 +13,8 @@ from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
 from pybox._features.images.records import BuildPlan, stdlib_build_access, sudo_problem
-from pybox._features.vm.control import (
-    colima_of,
-    plan_colima_vm,
-    plan_vm_image,
-    size_of,
-    start_vm,
-    stop_vm,
-    vm_build_source,
-)
+from pybox._features.vm.control import colima_of, size_of, start_vm, stop_vm
+from pybox._features.vm.setup import plan_colima_vm, plan_vm_image, vm_build_source
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     ArgumentParser,
