@@ -317,3 +317,26 @@ def test_no_shell_anywhere() -> None:
         text = path.read_text()
         for banned in ("shell=True", "os.system(", "os.popen("):
             assert banned not in text, f"{path} uses {banned}"
+
+
+BENCH = SRC.parents[1] / "bench"
+
+
+@pytest.mark.parametrize("path", sorted(BENCH.glob("*.py")), ids=lambda p: p.name)
+def test_bench_imports_nothing_from_the_tests(path: Path) -> None:
+    """The benchmarks run against an installed pybox; the tests are not shipped with it."""
+    found = imports(path, f"bench.{path.stem}")
+    assert not [name for name in found if name.split(".")[0] == "tests"], found
+
+
+def test_bench_has_one_percentile_and_one_mcp_client() -> None:
+    """bench/_stats.py and bench/_mcp_client.py are the only copies."""
+    homes: dict[str, list[str]] = {"percentile": [], "McpClient": []}
+    for path in sorted(BENCH.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                if node.name in homes:
+                    homes[node.name].append(path.name)
+                elif isinstance(node, ast.ClassDef) and "mcp" in node.name.lower():
+                    homes["McpClient"].append(f"{path.name}:{node.name}")
+    assert homes == {"percentile": ["_stats.py"], "McpClient": ["_mcp_client.py"]}
