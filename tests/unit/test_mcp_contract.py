@@ -19,7 +19,7 @@ from pybox._core.errors import EngineUnavailable, InvalidRequest
 from pybox._core.limits import MIB, LimitRequest, Policy, canonical_limit_keys
 from pybox._core.pool import PoolSettings
 from pybox._core.request import RunRequest
-from pybox._frontends.mcp._tools import parse_run_arguments
+from pybox._frontends.mcp._runargs import run_request
 from pybox._orchestration.session import Session
 from tests.unit.conftest import OWNER, make_session
 from tests.unit.fake_engine import FakeEngine, Script
@@ -235,9 +235,9 @@ def test_canonical_limit_keys_leaves_pybox_keys_and_unknown_keys_alone() -> None
 
 
 def test_env_reaches_the_run_request() -> None:
-    request = parse_run_arguments("run_python", {"code": "", "env": {"MODE": "fast", "N": "3"}})
+    request = run_request("run_python", {"code": "", "env": {"MODE": "fast", "N": "3"}})
     assert request.env == (("MODE", "fast"), ("N", "3"))
-    assert parse_run_arguments("run_python", {"code": ""}).env == ()
+    assert run_request("run_python", {"code": ""}).env == ()
 
 
 @pytest.mark.parametrize(
