@@ -128,7 +128,7 @@ def run_text(run: Run, structure: JSONObject) -> str:
         return f"Run {run.run_id} did not run: {escape_lines(str(run.error))}"
     assert run.outcome is not None
     receipt = run.outcome.receipt
-    lines = [f"run_id {run.run_id} (its box and receipt use the id {receipt.run_id})"]
+    lines = [f"run_id {run.run_id}"]  # the receipt's and the resources' id too
     lines.extend(receipt.summary_lines())
     for item in structure["files"]:
         lines.append(

@@ -13,8 +13,8 @@ import time
 
 from pybox._core.errors import ImageError, LimitExceeded, PyboxError
 from pybox._core.images import check_image_name
-from pybox._core.limits import KIB, MIB, Limits
-from pybox._core.request import RunRequest
+from pybox._core.limits import KIB, MIB
+from pybox._core.request import PreparedRun
 from pybox._frontends.mcp._present import (
     MAX_GET_WAIT_S,
     RUN_OUTPUT_SCHEMA,
@@ -108,8 +108,9 @@ RESULT_SCHEMA: JSONObject = {
 # -- the calls --------------------------------------------------------------------------
 
 
-def _admit(toolbox: Toolbox, tool: str, args: JSONObject) -> tuple[RunRequest, Limits] | JSONObject:
-    """The checked request and its limits, or an isError result saying why not."""
+def _admit(toolbox: Toolbox, tool: str, args: JSONObject) -> PreparedRun | JSONObject:
+    """The run prepared once (limits resolved, image checked, its one run id), or an
+    isError result saying why not: a limit above its ceiling is refused, never lowered."""
     try:
         request = run_request(tool, args)
         allowed = toolbox.allowed_images()
@@ -119,23 +120,22 @@ def _admit(toolbox: Toolbox, tool: str, args: JSONObject) -> tuple[RunRequest, L
                 f"The image {request.image!r} is not available here; use one of: "
                 f"{', '.join(allowed) or 'none (the operator must run `pybox setup`)'}."
             )
-        limits = toolbox.session.resolve(request)
+        prepared = toolbox.session.prepare(request)
+        memory = prepared.limits.memory_bytes
         machine = toolbox.options.machine_memory_bytes
-        if machine is not None and limits.memory_bytes > machine:
+        if machine is not None and memory > machine:
             raise LimitExceeded(
-                f"Requested {limits.memory_bytes // MIB} MiB of memory; the engine's "
-                f"machine has only {machine // MIB} MiB (engine-observed). Ask for at "
-                f"most {machine // MIB} MiB."
+                f"Requested {memory // MIB} MiB of memory; the engine's machine has only "
+                f"{machine // MIB} MiB (engine-observed). Ask for at most {machine // MIB} MiB."
             )
-        toolbox.session.image(request.image)
     except PyboxError as exc:
         return text_result(f"{tool} refused: {exc}", is_error=True)
-    return request, limits
+    return prepared
 
 
-def _start(toolbox: Toolbox, request: RunRequest, limits: Limits) -> Run | JSONObject:
+def _start(toolbox: Toolbox, prepared: PreparedRun) -> Run | JSONObject:
     try:
-        return toolbox.registry.start(request, limits, max_running=toolbox.options.max_running)
+        return toolbox.registry.start(prepared, max_running=toolbox.options.max_running)
     except LimitExceeded as exc:
         return text_result(f"The run was refused: {exc}", is_error=True)
     except PyboxError as exc:
@@ -148,7 +148,7 @@ def run_python(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObje
         return admitted
     if ctx.cancel.is_set():
         raise Cancelled
-    run = _start(toolbox, *admitted)
+    run = _start(toolbox, admitted)
     if isinstance(run, dict):
         return run
     _wait(toolbox, run, ctx, run.limits.timeout_s, stop_on_cancel=True)
@@ -159,7 +159,7 @@ def start_run(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObjec
     admitted = _admit(toolbox, ctx.tool, args)
     if isinstance(admitted, dict):
         return admitted
-    run = _start(toolbox, *admitted)
+    run = _start(toolbox, admitted)
     if isinstance(run, dict):
         return run
     return run_result(run, toolbox.options.reply_bytes)
