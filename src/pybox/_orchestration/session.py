@@ -49,9 +49,10 @@ from pybox._orchestration.lifecycle import (
     RunOutcome,
     new_run_id,
 )
-from pybox._orchestration.outputs import FileMarker, publish
+from pybox._orchestration.outputs import FileMarker
 from pybox._orchestration.platforms import Host, open_host
 from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
+from pybox._orchestration.staging import OutputStaging, stage_outputs
 from pybox._orchestration.vm import vm_build_source
 from pybox._version import __version__
 
@@ -289,9 +290,20 @@ class Session:
                 self._swept = len(self.sweep().removed)
             return self._swept
 
-    def publish_outputs(self, staging: Path, destination: Path) -> Path:
-        """Returned files into `destination` at once (quarantined on macOS)."""
-        return publish(staging, destination, self._output_marker)
+    def stage_outputs(
+        self,
+        prepared: PreparedRun,
+        destination: Path | None = None,
+        *,
+        keep_under: Path | None = None,
+    ) -> OutputStaging | None:
+        """Where `prepared`'s returned files land (None when it returns none): beside
+        `destination` to publish there at once (quarantined on macOS), in
+        `keep_under/<run id>` to keep, else a temporary directory. Every front end
+        stages this way; call it after `prepare`, before `run`."""
+        return stage_outputs(
+            prepared, destination, keep_under=keep_under, marker=self._output_marker
+        )
 
     def run(
         self,
