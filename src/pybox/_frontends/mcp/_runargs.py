@@ -15,10 +15,10 @@ import binascii
 from typing import Any
 
 from pybox._core.errors import ConfigError, InvalidRequest
+from pybox._core.limit_surfaces import limits_json_schema
 from pybox._core.limits import (
     FIELDS_BY_KEY,
     LIMIT_FIELDS,
-    LIMIT_SYNONYMS,
     LimitRequest,
     Limits,
     canonical_limit_keys,
@@ -90,34 +90,6 @@ def run_request(where: str, args: JSONObject) -> RunRequest:
     )
 
 
-def limits_schema(defaults: Limits, ceilings: Limits) -> JSONObject:
-    properties: JSONObject = {}
-    for f in LIMIT_FIELDS:
-        default = f.describe(getattr(defaults, f.attr))
-        ceiling = f.describe(getattr(ceilings, f.attr))
-        properties[f.key] = {
-            "type": "integer" if f.integral else "number",
-            "minimum": f.minimum,
-            "description": f"{f.what} in {f.unit}: default {default}, at most {ceiling}",
-        }
-    for synonym in LIMIT_SYNONYMS:
-        if synonym.divisor is None:
-            continue  # refused keys are not offered; a call with one is told the right key
-        target = FIELDS_BY_KEY[synonym.canonical]
-        properties[synonym.key] = {
-            "type": "integer" if synonym.divisor > 1 else "number",
-            "description": f"{synonym.canonical} given in {synonym.note}; prefer "
-            f"{synonym.canonical} ({target.unit})",
-        }
-    return {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": properties,
-        "description": "Ask for less than the defaults, or more up to the ceilings. "
-        "Asking above a ceiling is refused (never lowered silently).",
-    }
-
-
 def run_input_schema(defaults: Limits, ceilings: Limits, images: list[str]) -> JSONObject:
     return {
         "type": "object",
@@ -150,7 +122,7 @@ def run_input_schema(defaults: Limits, ceilings: Limits, images: list[str]) -> J
                 "description": f"The image to run in; one of: {', '.join(images) or 'none'}. "
                 "Default stdlib.",
             },
-            "limits": limits_schema(defaults, ceilings),
+            "limits": limits_json_schema(defaults, ceilings),
             "env": {
                 "type": "object",
                 "maxProperties": MAX_ENV_VARS,

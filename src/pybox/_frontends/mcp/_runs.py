@@ -122,8 +122,10 @@ class RunRegistry:
             run_id = prepared.run_id
             if run_id in self._runs:
                 raise PyboxError(f"Run {run_id} was started already; prepare a new run.")
-            files_dir = self._new_files_dir(run_id) if prepared.request.collect_outputs else None
-            run = Run(prepared, files_dir)
+            # The one staging helper every front end uses, keeping the files here.
+            keep_under = self._files_root_dir() if prepared.request.collect_outputs else None
+            staging = self._session.stage_outputs(prepared, keep_under=keep_under)
+            run = Run(prepared, staging.files_dir if staging is not None else None)
             self._runs[run_id] = run
         thread = threading.Thread(
             target=self._execute, args=(run, on_done), name=f"pybox-mcp-run-{run_id}", daemon=True
@@ -131,12 +133,10 @@ class RunRegistry:
         thread.start()
         return run
 
-    def _new_files_dir(self, run_id: str) -> Path:
+    def _files_root_dir(self) -> Path:
         if self._files_root is None:
             self._files_root = Path(tempfile.mkdtemp(prefix="pybox-mcp-files-"))
-        path = self._files_root / run_id
-        path.mkdir()
-        return path
+        return self._files_root
 
     def _execute(self, run: Run, on_done: Callable[[Run], None] | None) -> None:
         try:
