@@ -4,9 +4,6 @@ and the operator switches tool groups on and off (`pybox mcp --tools`)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any
 
 import jsonschema
@@ -30,6 +27,7 @@ from pybox._frontends.mcp._tools import TOOL_GROUPS, TOOLS
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine
 from tests.unit.mcp_harness import Peer
+from tests.unit.test_mcp_startup import config_env, pybox, pybox_config
 
 CALLS: list[tuple[str, JSONObject]] = []
 
@@ -256,24 +254,6 @@ def test_tool_groups_are_checked() -> None:
         tool_groups(",", TOOL_GROUPS)
 
 
-def pybox(state: StateStore, *args: str) -> subprocess.CompletedProcess[bytes]:
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": str(state.root),
-        "PYBOX_STATE_DIR": str(state.root),
-        "XDG_CONFIG_HOME": str(state.root / "xdg"),
-        "DOCKER_HOST": "unix:///nonexistent/docker.sock",  # no engine is touched
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "pybox", *args],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        check=False,
-        timeout=60,
-    )
-
-
 def test_an_unknown_group_stops_the_server_before_it_starts(state: StateStore) -> None:
     done = pybox(state, "mcp", "--tools", "runs,experiments")
     assert done.returncode == 2, done.stderr
@@ -284,7 +264,8 @@ def test_an_unknown_group_stops_the_server_before_it_starts(state: StateStore) -
 
 
 def test_config_carries_tools_to_the_server(state: StateStore) -> None:
-    done = pybox(state, "config", "--client", "cursor", "--format", "json", "--tools", "runs")
+    env = config_env(state)
+    done = pybox_config(env, "--client", "cursor", "--format", "json", "--tools", "runs")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["mcpServers"]["pybox"]["args"] == [
         "-m",
@@ -293,6 +274,6 @@ def test_config_carries_tools_to_the_server(state: StateStore) -> None:
         "--tools=runs",
     ]
     for args in (["--tools", "nosuch"], ["--server-arg=--tools=nosuch"]):
-        refused = pybox(state, "config", "--client", "cursor", *args)
+        refused = pybox_config(env, "--client", "cursor", *args)
         assert refused.returncode == 2 and refused.stdout == b""
         assert "no tool group 'nosuch'" in refused.stderr.decode()

@@ -1,10 +1,12 @@
 """`pybox mcp`: the Model Context Protocol server, standard library only.
 
 Layers, as in the MCP python-sdk: transports (`_stdio`, `_http`) carry frames;
-the dispatcher (`_dispatcher`) speaks JSON-RPC and both protocol eras; tools
-and resources (`_tools`, `_resources`) turn calls into runs through the
-orchestration `Session`. `register(commands)` adds `pybox mcp` and
-`pybox config` to the command line (wired in `pybox._main`).
+the dispatcher (`_dispatcher`) speaks JSON-RPC and both protocol eras; the
+toolbox (`_toolbox`) lists, checks and calls the tools declared in `_tools`
+(one module per group: `_runtools`), and the resources (`_resources`) read
+what the runs left, all through the orchestration `Session`.
+`register(commands)` adds `pybox mcp` and `pybox config` to the command line
+(wired in `pybox._main`).
 """
 
 from __future__ import annotations

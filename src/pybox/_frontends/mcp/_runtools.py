@@ -10,6 +10,7 @@ the model reads the reason and can try again.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from pybox._core.errors import ImageError, LimitExceeded, PyboxError
 from pybox._core.images import check_image_name
@@ -26,6 +27,7 @@ from pybox._frontends.mcp._runs import Run
 from pybox._frontends.mcp._toolbox import (
     CallContext,
     Cancelled,
+    Handler,
     Hints,
     Tool,
     Toolbox,
@@ -239,28 +241,26 @@ def _wait(
 
 # -- the declarations ---------------------------------------------------------------------
 
-RUN_PYTHON = Tool(
-    name="run_python",
-    group=GROUP,
-    title="Run Python in a fresh sandbox",
-    description=_run_python_text,
-    input_schema=_run_schema,
-    checks=RUN_CHECKS,
-    handler=run_python,
-    output_schema=RUN_OUTPUT_SCHEMA,
-    hints=Hints(read_only=False, destructive=False, idempotent=False),
-)
-START_RUN = Tool(
-    name="start_run",
-    group=GROUP,
-    title="Start a long Python run",
-    description=_start_run_text,
-    input_schema=_run_schema,
-    checks=RUN_CHECKS,
-    handler=start_run,
-    output_schema=RUN_OUTPUT_SCHEMA,
-    hints=Hints(read_only=False, destructive=False, idempotent=False),
-)
+
+def _run_tool(
+    name: str, title: str, description: Callable[[Toolbox], str], handler: Handler
+) -> Tool:
+    """run_python and start_run: the same arguments, checks and result."""
+    return Tool(
+        name=name,
+        group=GROUP,
+        title=title,
+        description=description,
+        input_schema=_run_schema,
+        checks=RUN_CHECKS,
+        handler=handler,
+        output_schema=RUN_OUTPUT_SCHEMA,
+        hints=Hints(read_only=False, destructive=False, idempotent=False),
+    )
+
+
+RUN_PYTHON = _run_tool("run_python", "Run Python in a fresh sandbox", _run_python_text, run_python)
+START_RUN = _run_tool("start_run", "Start a long Python run", _start_run_text, start_run)
 GET_RESULT = Tool(
     name="get_result",
     group=GROUP,
