@@ -6,11 +6,11 @@ import pytest
 
 from pybox._adapters.state import StateStore
 from pybox._core.errors import EngineUnavailable, ImageError, InvalidRequest, LimitExceeded
-from pybox._core.limits import MIB, LimitRequest, Limits, Policy
+from pybox._core.limits import MIB, LimitRequest, Policy
 from pybox._core.request import PreparedRun, RunRequest
 from pybox._engine import Engine
 from pybox._orchestration.session import Session
-from tests.unit.conftest import IMAGE_ID, make_session
+from tests.unit.conftest import IMAGE_ID
 from tests.unit.fake_engine import FakeEngine, Script
 
 
@@ -38,25 +38,6 @@ def test_the_receipt_carries_the_prepared_run_id(session: Session, engine: FakeE
     receipt = session.run(prepared).receipt
     assert receipt.run_id == prepared.run_id
     assert receipt.observed_by_engine.container_name == f"pybox-{prepared.run_id}"
-
-
-def test_limits_are_resolved_once_per_run(
-    engine: FakeEngine, state: StateStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    engine.script = Script(stdout=b"1\n", exit_code=0)
-    calls: list[LimitRequest] = []
-    resolve = Policy.resolve
-
-    def counting(self: Policy, request: LimitRequest) -> Limits:
-        calls.append(request)
-        return resolve(self, request)
-
-    monkeypatch.setattr(Policy, "resolve", counting)
-    session = make_session(engine, state)
-    session.run(session.prepare(RunRequest(code=b"print(1)")))
-    assert len(calls) == 1
-    session.run(RunRequest(code=b"print(1)"))  # a bare request is prepared once, inside run
-    assert len(calls) == 2
 
 
 def _untouchable(state: StateStore) -> Session:
