@@ -44,6 +44,16 @@ def _client(monkeypatch: pytest.MonkeyPatch, session: Session) -> api.Client:
 # -- limits resolved once per run -----------------------------------------------------
 
 
+def test_a_session_run_resolves_limits_once(
+    session: Session, engine: FakeEngine, resolved: list[LimitRequest]
+) -> None:
+    engine.script = Script(stdout=b"1\n")
+    session.run(session.prepare(RunRequest(code=b"print(1)")))
+    assert len(resolved) == 1
+    session.run(RunRequest(code=b"print(1)"))  # a bare request is prepared once, inside run
+    assert len(resolved) == 2
+
+
 def test_the_cli_resolves_limits_once(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,

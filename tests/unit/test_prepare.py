@@ -6,11 +6,12 @@ import pytest
 
 from pybox._adapters.state import StateStore
 from pybox._core.errors import EngineUnavailable, ImageError, InvalidRequest, LimitExceeded
-from pybox._core.limits import MIB, LimitRequest, Limits, Policy
+from pybox._core.limits import MIB, LimitRequest, Policy
+from pybox._core.pool import PoolSettings
 from pybox._core.request import PreparedRun, RunRequest
 from pybox._engine import Engine
 from pybox._orchestration.session import Session
-from tests.unit.conftest import IMAGE_ID, make_session
+from tests.unit.conftest import IMAGE_ID
 from tests.unit.fake_engine import FakeEngine, Script
 
 
@@ -38,25 +39,6 @@ def test_the_receipt_carries_the_prepared_run_id(session: Session, engine: FakeE
     receipt = session.run(prepared).receipt
     assert receipt.run_id == prepared.run_id
     assert receipt.observed_by_engine.container_name == f"pybox-{prepared.run_id}"
-
-
-def test_limits_are_resolved_once_per_run(
-    engine: FakeEngine, state: StateStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    engine.script = Script(stdout=b"1\n", exit_code=0)
-    calls: list[LimitRequest] = []
-    resolve = Policy.resolve
-
-    def counting(self: Policy, request: LimitRequest) -> Limits:
-        calls.append(request)
-        return resolve(self, request)
-
-    monkeypatch.setattr(Policy, "resolve", counting)
-    session = make_session(engine, state)
-    session.run(session.prepare(RunRequest(code=b"print(1)")))
-    assert len(calls) == 1
-    session.run(RunRequest(code=b"print(1)"))  # a bare request is prepared once, inside run
-    assert len(calls) == 2
 
 
 def _untouchable(state: StateStore) -> Session:
@@ -90,3 +72,29 @@ def test_an_unreachable_engine_is_an_error(state: StateStore) -> None:
     session = Session(connect, state, Policy(), owner="testhost:1:1")
     with pytest.raises(EngineUnavailable):
         session.prepare(RunRequest(code=b"print(1)"))
+
+
+def test_a_warm_box_run_carries_the_prepared_run_id(engine: FakeEngine, state: StateStore) -> None:
+    """A warm box was named before the run existed; the receipt still uses the run's id
+    and names the box it ran in. The box's attempt record goes with the box."""
+    engine.script = Script(stdout=b"1\n", exit_code=0)
+    session = Session(
+        engine,
+        state,
+        Policy(),
+        owner="testhost:1:1",
+        sampler_factory=lambda container_id: None,
+        is_owner_alive=lambda owner: owner == "testhost:1:1",
+        pool=PoolSettings(boxes_per_profile=1),
+    )
+    try:
+        assert session.warm_up(wait_s=5.0)
+        waiting = [c.name for c in engine.containers.values() if c.state == "running"]
+        prepared = session.prepare(RunRequest(code=b"print(1)"))
+        receipt = session.run(prepared).receipt
+        assert receipt.observed_by_pybox.box_source == "warm_pool"
+        assert receipt.run_id == prepared.run_id
+        assert receipt.observed_by_engine.container_name == waiting[0] != f"pybox-{prepared.run_id}"
+        assert waiting[0].removeprefix("pybox-") not in state.attempts()
+    finally:
+        session.close()
