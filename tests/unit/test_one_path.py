@@ -12,9 +12,9 @@ from pybox._core.errors import InvalidRequest
 from pybox._core.limits import LimitRequest, Limits, Policy
 from pybox._core.repair import RepairGoal, RepairModel
 from pybox._core.request import PreparedRun, RunRequest
+from pybox._features.repair.loop import RepairJob, RepairLoop
 from pybox._frontends import api
 from pybox._frontends.cli import _exec, main
-from pybox._orchestration.repair import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 from pybox._orchestration.staging import OutputStaging, stage_outputs
 from tests.fake_model import scripted

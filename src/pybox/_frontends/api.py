@@ -17,8 +17,8 @@ from pybox._core.limits import LIMIT_FIELDS
 from pybox._core.receipt import Receipt
 from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import InputFile, RunRequest
+from pybox._features.repair.loop import RepairJob, RepairLoop
 from pybox._orchestration.lifecycle import RunOutcome
-from pybox._orchestration.repair import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 
 InputLike = InputFile | tuple[str, bytes]

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
-from pybox._adapters.colima_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
+from pybox._adapters.colima.rootfs_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
-from pybox._adapters.host import current_owner, owner_alive
+from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError, LimitExceeded, PyboxError
@@ -28,12 +28,9 @@ from pybox._core.repair import RepairPolicy
 from pybox._core.request import PreparedRun, RunRequest, check_request
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
-from pybox._inbox import bootstrap_source
-from pybox._orchestration.builds import lock_changed
-from pybox._orchestration.cleanup import SweepReport, sweep
-from pybox._orchestration.doctor import engine_facts, leftover_boxes
-from pybox._orchestration.image_operations import ImageOperations
-from pybox._orchestration.images import (
+from pybox._features.images.lock_plans import lock_changed
+from pybox._features.images.operations import ImageOperations
+from pybox._features.images.records import (
     BuildPlan,
     ImageStatus,
     build_stdlib,
@@ -42,6 +39,11 @@ from pybox._orchestration.images import (
     plan_stdlib,
     verify_for_run,
 )
+from pybox._features.vm.setup import vm_build_source
+from pybox._inbox import bootstrap_source
+from pybox._orchestration.cleanup import SweepReport, sweep
+from pybox._orchestration.doctor import engine_facts, leftover_boxes
+from pybox._orchestration.hosts import Host, open_host
 from pybox._orchestration.lifecycle import (
     SAMPLE_INTERVAL_S,
     BoxContext,
@@ -50,10 +52,8 @@ from pybox._orchestration.lifecycle import (
     new_run_id,
 )
 from pybox._orchestration.outputs import FileMarker
-from pybox._orchestration.platforms import Host, open_host
 from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
 from pybox._orchestration.staging import OutputStaging, stage_outputs
-from pybox._orchestration.vm import vm_build_source
 from pybox._version import __version__
 
 
@@ -131,6 +131,15 @@ class Session:
             environ=env,
             repair_policy=settings.repair_policy,
         )
+
+    @property
+    def state_dir(self) -> Path:
+        """The folder holding pybox's state (image records, attempts)."""
+        return self.state.root
+
+    def recorded_images(self) -> dict[str, ImageRecord]:
+        """The recorded images by name, as values: front ends never hold the store."""
+        return self.state.images()
 
     @property
     def engine(self) -> Engine:

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from pybox._core.errors import ConfigError, PyboxError
 from pybox._core.images import check_image_name
 from pybox._core.limits import KIB, MIB, parse_user_value
-from pybox._frontends.mcp._clientconfig import (
+from pybox._frontends.mcp._client_config import (
     CLIENTS,
     WHERE,
     carried_environment,
@@ -142,7 +142,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         max_message_bytes=_positive("--max-message", args.max_message) * MIB,
         tool_groups=groups,
     )
-    check_images(options.images, session.state.images(), str(session.state.root))
+    check_images(options.images, session.recorded_images(), str(session.state_dir))
     options = _fit_machine(session, options)
     dispatcher = build_dispatcher(session, options, registry_from_args(session, args))
     try:
@@ -233,7 +233,7 @@ def _checked_server_args(server_args: Sequence[str]) -> argparse.Namespace:
     return parsed
 
 
-def cmd_config(args: argparse.Namespace) -> int:
+def cmd_client_config(args: argparse.Namespace) -> int:
     server_args = list(args.server_arg or ())
     if args.tools is not None:
         server_args.append(f"--tools={args.tools}")
@@ -248,7 +248,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     # Load the policy the server will load: a broken file or variable is said now,
     # not by a client that cannot start the server.
     session = Session.open(operator_environ(parsed, os.environ), config_path)
-    check_images(_images(parsed.images), session.state.images(), str(session.state.root))
+    check_images(_images(parsed.images), session.recorded_images(), str(session.state_dir))
     text = client_config(args.client, args.format, server_args, carried_environment(os.environ))
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
@@ -332,4 +332,4 @@ def register(commands: Any) -> None:
         metavar="ARG",
         help="an argument for `pybox mcp`, such as --max-memory=256 (repeatable)",
     )
-    config.set_defaults(handler=cmd_config)
+    config.set_defaults(handler=cmd_client_config)

@@ -50,7 +50,7 @@ class ResourceNotFound(Exception):
 def capabilities(toolbox: Toolbox) -> JSONObject:
     session = toolbox.session
     policy = session.policy
-    recorded = session.state.images()
+    recorded = session.recorded_images()
     allowed = toolbox.allowed_images()
     return {
         "pybox_version": __version__,

@@ -180,7 +180,7 @@ class Toolbox:
         self._tools = {tool.name: tool for tool in every if tool.group in self.groups}
 
     def allowed_images(self) -> list[str]:
-        recorded = sorted(self.session.state.images())
+        recorded = sorted(self.session.recorded_images())
         if self.options.images is None:
             return recorded
         return [name for name in self.options.images if name in recorded]

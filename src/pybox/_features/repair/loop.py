@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pybox._adapters.models import ModelProvider, open_provider
+from pybox._adapters.model_providers import ModelProvider, open_provider
 from pybox._core.display import plural
 from pybox._core.errors import (
     InvalidRequest,
