@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pybox._adapters.cgroups import Sampler, SamplerFactory, empty_observation
 from pybox._adapters.confinement import confinement
@@ -32,6 +32,7 @@ from pybox._core.errors import (
     PostureMismatch,
     SandboxError,
 )
+from pybox._core.events import EventSink, FileReturned, OutputChunk, RunEnded, RunEvent, RunStarted
 from pybox._core.images import ImageRecord
 from pybox._core.limits import MIB, Limits
 from pybox._core.posture import (
@@ -205,6 +206,37 @@ class WarmBox:
     decoder: wire.FrameDecoder  # holds anything that arrived after the report
 
 
+class EventRelay:
+    """Passes a run's events to its sink, guarded: a sink that raises is dropped.
+
+    Output is passed on as it arrives until a stream has delivered its cap
+    (`limits.output_bytes`) live; offsets count every byte the stream printed.
+    """
+
+    def __init__(self, sink: EventSink | None, cap_bytes: int) -> None:
+        self._sink = sink
+        self._cap_bytes = cap_bytes
+        self._offsets = {"stdout": 0, "stderr": 0}
+        self.sink_error: str | None = None
+
+    def emit(self, event: RunEvent) -> None:
+        sink = self._sink
+        if sink is None:
+            return
+        try:
+            sink(event)
+        except Exception as exc:  # a watcher's failure must not end the run
+            self._sink = None
+            self.sink_error = f"{type(exc).__name__}: {exc}"
+
+    def output(self, stream: Literal["stdout", "stderr"], data: bytes) -> None:
+        offset = self._offsets[stream]
+        self._offsets[stream] = offset + len(data)
+        room = self._cap_bytes - offset
+        if room > 0 and data and self._sink is not None:
+            self.emit(OutputChunk(stream, data[:room], offset))
+
+
 class BoxRun:
     """The mutable state of one run. Use `execute()` once."""
 
@@ -218,6 +250,7 @@ class BoxRun:
         cancel: threading.Event | None,
         leftovers_swept: int,
         warm: WarmBox | None = None,
+        on_event: EventSink | None = None,
     ) -> None:
         self.context = context
         self.engine = context.engine
@@ -271,6 +304,7 @@ class BoxRun:
             else None
         )
         self.leftovers_swept = leftovers_swept
+        self.events = EventRelay(on_event, limits.output_bytes)
 
     # -- helpers ------------------------------------------------------------------
 
@@ -318,9 +352,12 @@ class BoxRun:
             self._remove()
             if self.removal_confirmed:
                 self.context.state.finish_attempt(self.run_id)
+        outcome = self._outcome()
+        receipt = outcome.receipt
+        self.events.emit(RunEnded(receipt.run_id, receipt.status.value, receipt.exit_code))
         if interrupted:
-            raise RunInterrupted(self._outcome())
-        return self._outcome()
+            raise RunInterrupted(outcome)
+        return outcome
 
     def _create_and_verify(self) -> None:
         self.create_sent = True
@@ -377,6 +414,7 @@ class BoxRun:
             env=tuple(self.request.env),
             stdin=self.request.stdin_bytes,
         )
+        self.events.emit(RunStarted(self.run_id, "fresh" if self.warm is None else "warm_pool"))
         for chunk in payload:
             stream.send(chunk)
         self._mark("code_sent")
@@ -441,16 +479,20 @@ class BoxRun:
         kind = frame.kind
         if kind == wire.K_STDOUT:
             self.stdout.feed(frame.data)
+            self.events.output("stdout", frame.data)
         elif kind == wire.K_STDERR:
             self.stderr.feed(frame.data)
-        elif kind == wire.K_DATA:
-            if self.files is None:
-                raise wire.ProtocolError("The box sent file data that was not asked for.")
-            self.files.data(frame.data)
-        elif kind == wire.K_FILE:
+            self.events.output("stderr", frame.data)
+        elif kind in (wire.K_DATA, wire.K_FILE):
             if self.files is None:
                 raise wire.ProtocolError("The box sent a file that was not asked for.")
-            self.files.begin(frame.json())
+            received = len(self.files.files)
+            if kind == wire.K_DATA:
+                self.files.data(frame.data)
+            else:
+                self.files.begin(frame.json())
+            for returned in self.files.files[received:]:
+                self.events.emit(FileReturned(returned.path, returned.size_bytes))
         elif kind == wire.K_STARTED:
             self._mark("program_started")
         elif kind == wire.K_READY:

@@ -20,6 +20,7 @@ from pybox._adapters.host import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError, LimitExceeded, PyboxError
+from pybox._core.events import EventSink
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
 from pybox._core.pool import PoolSettings
@@ -281,6 +282,7 @@ class Session:
         *,
         files_dir: Path | None = None,
         cancel: threading.Event | None = None,
+        on_event: EventSink | None = None,
     ) -> RunOutcome:
         """Run `request` in a fresh box. A failing program is data in the receipt."""
         limits = self.resolve(request)
@@ -292,7 +294,9 @@ class Session:
         if self._pool is not None:
             key = PoolKey.of(image, limits, request.code_name)
             warm = self._pool.take(key)
-        run = BoxRun(self._context(), request, limits, image, files_dir, cancel, swept, warm)
+        run = BoxRun(
+            self._context(), request, limits, image, files_dir, cancel, swept, warm, on_event
+        )
         try:
             return run.execute()
         finally:
