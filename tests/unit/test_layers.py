@@ -1,9 +1,11 @@
 """Layers point downward only, and front ends never touch the engine.
 
 core (values, no I/O) <- adapters (engine client, cgroups, state, config, host)
-<- orchestration (lifecycle, session, cleanup, images) <- front ends (CLI, API,
-MCP). `pybox`, `pybox.__main__` and `pybox._main` are the composition roots:
-the only modules that may put several front ends together.
+<- orchestration (boxes, features, session, images) <- front ends (CLI, API,
+MCP). Within orchestration, `pybox._boxes` (a box and its programs) sits below
+the rest: it imports nothing from `_features`, `_orchestration` or `_frontends`.
+`pybox`, `pybox.__main__` and `pybox._main` are the composition roots: the only
+modules that may put several front ends together.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def module_name(path: Path) -> str:
 def layer_of(module: str) -> str:
     if module in COMPOSITION_ROOTS or module.startswith("pybox._frontends"):
         return "frontends"
-    if module.startswith("pybox._orchestration"):
+    if module.startswith(("pybox._orchestration", "pybox._boxes", "pybox._features")):
         return "orchestration"
     if module.startswith(("pybox._adapters", "pybox._engine", "pybox._inbox")):
         return "adapters"
@@ -108,6 +110,15 @@ def test_imports_point_downward(path: Path) -> None:
             assert target_layer != "frontends" or front_end(target) == front_end(source), (
                 f"front end {source} imports front end {target}"
             )
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in MODULES if module_name(p).startswith("pybox._boxes")], ids=module_name
+)
+def test_boxes_import_nothing_above_them(path: Path) -> None:
+    above = ("pybox._features", "pybox._orchestration", "pybox._frontends")
+    reached = [target for target in imports(path) if target.startswith(above)]
+    assert not reached, f"{module_name(path)} imports {reached}"
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,11 @@ import pytest
 
 from pybox._adapters.cgroups import empty_observation
 from pybox._adapters.state import StateStore
+from pybox._boxes.record import RunOutcome
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, box_user, requirements
 from pybox._core.request import RunRequest
 from pybox._frontends.cli._verify import case_line, verify_json
-from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.session import Session
 from pybox._orchestration.verify import CASES, Case, Suite, run_posture, run_suite
 from pybox._orchestration.verify_judges import (

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, Unpack
 
+from pybox._boxes.outputs import discard, stage_destination
+from pybox._boxes.record import RunOutcome
 from pybox._core.errors import InvalidRequest
 from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Receipt
 from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import InputFile, RunRequest
-from pybox._orchestration.lifecycle import RunOutcome
-from pybox._orchestration.outputs import discard, stage_destination
 from pybox._orchestration.repair import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 

@@ -36,6 +36,7 @@ from pybox._adapters.confinement import confinement as engine_confinement
 from pybox._adapters.piptool import PipSettings, download_pip_wheel, read_cert, redact
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
+from pybox._boxes.cleanup import remove_and_confirm
 from pybox._core.build_posture import BuildBoxSpec, build_requirements
 from pybox._core.errors import (
     ConfigError,
@@ -72,7 +73,6 @@ from pybox._core.posture import (
 )
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine, JSONObject
-from pybox._orchestration.cleanup import remove_and_confirm
 from pybox._orchestration.images import Replaced
 
 LOCK_BUILDER_VERSION = 1

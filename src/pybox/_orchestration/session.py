@@ -19,6 +19,13 @@ from pybox._adapters.confinement import confinement
 from pybox._adapters.host import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
+from pybox._boxes.box import run_once
+from pybox._boxes.cleanup import SweepReport, sweep
+from pybox._boxes.outputs import FileMarker, publish
+from pybox._boxes.pool import PoolKey, PoolStats, WarmPool
+from pybox._boxes.program import SAMPLE_INTERVAL_S
+from pybox._boxes.record import RunOutcome
+from pybox._boxes.spec import BoxContext, new_run_id
 from pybox._core.errors import ImageError, LimitExceeded, PyboxError
 from pybox._core.events import EventSink
 from pybox._core.images import ImageRecord
@@ -31,7 +38,6 @@ from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.builds import lock_changed
-from pybox._orchestration.cleanup import SweepReport, sweep
 from pybox._orchestration.doctor import engine_facts, leftover_boxes
 from pybox._orchestration.image_operations import ImageOperations
 from pybox._orchestration.images import (
@@ -43,10 +49,7 @@ from pybox._orchestration.images import (
     plan_stdlib,
     verify_for_run,
 )
-from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
-from pybox._orchestration.outputs import FileMarker, publish
 from pybox._orchestration.platforms import Host, open_host
-from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
 from pybox._orchestration.vm import vm_build_source
 from pybox._version import __version__
 
@@ -287,6 +290,7 @@ class Session:
         """Run `request` in a fresh box. A failing program is data in the receipt."""
         limits = self.resolve(request)
         image = self.verified_image(request.image)
+        run_id = new_run_id()
         swept = self._sweep_once()  # connects (and on macOS verifies the VM) first
         if self.host is not None:
             self.host.check_before_run()
@@ -294,11 +298,19 @@ class Session:
         if self._pool is not None:
             key = PoolKey.of(image, limits, request.code_name)
             warm = self._pool.take(key)
-        run = BoxRun(
-            self._context(), request, limits, image, files_dir, cancel, swept, warm, on_event
-        )
         try:
-            return run.execute()
+            return run_once(
+                self._context(),
+                request,
+                limits,
+                image,
+                run_id=run_id,
+                files_dir=files_dir,
+                cancel=cancel,
+                leftovers_swept=swept,
+                warm=warm,
+                on_event=on_event,
+            )
         finally:
             if warm is not None and self._pool is not None:
                 self._pool.done(key)

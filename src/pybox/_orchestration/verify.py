@@ -38,6 +38,8 @@ from pybox._adapters.host import (
     reset_peak_rss,
     rss_bytes,
 )
+from pybox._boxes.cleanup import remove_and_confirm
+from pybox._boxes.record import RunOutcome
 from pybox._core.errors import EngineAPIError, PyboxError
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import (
@@ -49,8 +51,6 @@ from pybox._core.posture import (
 from pybox._core.receipt import Receipt, Status
 from pybox._core.request import InputFile, RunRequest
 from pybox._engine import Engine, JSONObject
-from pybox._orchestration.cleanup import remove_and_confirm
-from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.session import Session
 from pybox._orchestration.verify_judges import (
     CaseResult,

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pybox._boxes.outputs import discard, stage_destination
+from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._core.display import plural
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.limits import FIELDS_BY_KEY, LimitRequest
@@ -29,8 +31,6 @@ from pybox._frontends.cli._common import (
     status_exit_code,
     write_program_output,
 )
-from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
-from pybox._orchestration.outputs import discard, stage_destination
 
 EXEC_JSON_VERSION = 1
 
