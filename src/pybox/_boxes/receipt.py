@@ -53,6 +53,7 @@ def build_receipt(record: RunRecord) -> Receipt:
             kernel_oom_kills=record.kernel.oom_kill_count,
             backstop_claimed=_bool_or_none(exit_info.get("backstop")),
             reported_exit_code=_int_or_none(exit_info.get("exit_code")),
+            box_kept=record.box_kept,
         )
     )
     unknown = list(record.unknown)

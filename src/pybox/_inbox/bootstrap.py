@@ -48,7 +48,8 @@ CLEAR_WAIT_S = 5.0
 # pybox reads and writes as fast as the box does: this long without progress
 # (outside the program's own run) means it froze or hung.
 STALL_S = 10.0
-WORK, INPUT, OUTPUT = "/pybox/work", "/pybox/input", "/pybox/output"
+ROOT = "/pybox"
+WORK, INPUT, OUTPUT = ROOT + "/work", ROOT + "/input", ROOT + "/output"
 # Returned files: the same bounds as pybox's own checks, so nothing unbounded is walked.
 MAX_DEPTH = 32
 MAX_PATH_BYTES = 1024
@@ -349,7 +350,7 @@ def restart(started, python, code_name, header, defaults):
     stdin_fd = None
     if header["stdin_size"]:
         # A regular file, as `python3 NAME.py < FILE` gives; unlinked once opened.
-        path = os.path.join("/pybox", ".stdin-%d" % os.getpid())
+        path = os.path.join(ROOT, ".stdin-%d" % os.getpid())
         stdin_fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         os.unlink(path)
     try:
@@ -406,7 +407,7 @@ def unpack_inputs(link, header, replace=False):
             pass
     os.chmod(INPUT, 0o555)
     if header["stdin_size"]:
-        path = os.path.join("/pybox", ".stdin-%d" % os.getpid())
+        path = os.path.join(ROOT, ".stdin-%d" % os.getpid())
         receive_file(link, path, header["stdin_size"], 0o400)
 
 
@@ -419,7 +420,7 @@ def remove_if_there(path):
 
 def place_code(code_name, code):
     """A later program's script: a regular file, in place before it starts."""
-    copy = os.path.join("/pybox", ".code-%d" % os.getpid())
+    copy = os.path.join(ROOT, ".code-%d" % os.getpid())
     remove_if_there(copy)
     fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
@@ -436,7 +437,7 @@ def hand_over_code(code_name, code, pid, deadline):
     Returns the program's wait status if it ended before taking its code.
     """
     path = os.path.join(WORK, code_name)
-    copy = os.path.join("/pybox", ".code-%d" % os.getpid())
+    copy = os.path.join(ROOT, ".code-%d" % os.getpid())
     with open(copy, "wb") as handle:
         handle.write(code)
     while True:
