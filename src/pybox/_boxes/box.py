@@ -232,10 +232,15 @@ class Box:
     # -- removal --------------------------------------------------------------------
 
     def remove(
-        self, *, exit_reported: bool = False, unknown: list[Unknown] | None = None
+        self,
+        *,
+        exit_reported: bool = False,
+        unknown: list[Unknown] | None = None,
+        look: bool = True,
     ) -> Removal:
-        """Final inspect, remove, confirm gone. Runs on every exit path; never raises
-        an engine error (it is recorded), so it cannot hide the error that led here."""
+        """Final inspect (unless `look` is False: a waiting box the pool discards),
+        remove, confirm gone. Runs on every exit path; never raises an engine error
+        (it is recorded), so it cannot hide the error that led here."""
         if self.removal is not None:
             return self.removal
         self._close()
@@ -252,7 +257,7 @@ class Box:
                 self.context.state.finish_attempt(self.spec.run_id)
                 return self.removal
             try:
-                if self.started:
+                if look and self.started:
                     self.final_inspect = engine.inspect_container(container_id)
                     state = (self.final_inspect or {}).get("State") or {}
                     if exit_reported and state.get("Running") and self.protocol == 1:
@@ -268,22 +273,6 @@ class Box:
                 error = "the engine still lists the box after removal"
         except EngineError as exc:
             error = str(exc)
-        self.marks["removed"] = time.monotonic()
-        self.removal = Removal(confirmed, error)
-        if confirmed:
-            self.context.state.finish_attempt(self.spec.run_id)
-        return self.removal
-
-    def discard(self) -> Removal:
-        """Remove a box that ran no program (the pool's), without a final look."""
-        if self.removal is not None:
-            return self.removal
-        self._close()
-        try:
-            confirmed = remove_and_confirm(self.context.engine, self.container_id or self.spec.name)
-            error = None if confirmed else "the engine still lists the box after removal"
-        except EngineError as exc:
-            confirmed, error = False, str(exc)
         self.marks["removed"] = time.monotonic()
         self.removal = Removal(confirmed, error)
         if confirmed:

@@ -309,7 +309,7 @@ class WarmPool:
             raise
 
     def _discard(self, box: Box) -> bool:
-        removal = box.discard()
+        removal = box.remove(look=False)
         if removal.error is not None:
             self._log(
                 f"warm pool: could not remove {box.spec.name}: {removal.error}; `pybox sweep` will"
