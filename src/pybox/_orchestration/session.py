@@ -21,7 +21,7 @@ from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._boxes.box import run_once
 from pybox._boxes.cleanup import SweepReport, sweep
-from pybox._boxes.outputs import FileMarker, publish
+from pybox._boxes.outputs import FileMarker
 from pybox._boxes.pool import PoolKey, PoolStats, WarmPool
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._boxes.record import RunOutcome
@@ -33,7 +33,7 @@ from pybox._core.limits import Limits, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
-from pybox._core.request import RunRequest, check_request
+from pybox._core.request import PreparedRun, RunRequest, check_request
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
 from pybox._inbox import bootstrap_source
@@ -50,6 +50,7 @@ from pybox._orchestration.images import (
     verify_for_run,
 )
 from pybox._orchestration.platforms import Host, open_host
+from pybox._orchestration.staging import OutputStaging, stage_outputs
 from pybox._orchestration.vm import vm_build_source
 from pybox._version import __version__
 
@@ -156,8 +157,20 @@ class Session:
             self._confinement = confinement(self.engine.info(), local_host=not self.in_vm)
         return self._confinement
 
+    def prepare(self, request: RunRequest) -> PreparedRun:
+        """`request` made ready to run, or a clear refusal; creates nothing.
+
+        The limits are resolved here, once, and the request checked against them
+        before the engine is touched; then the image is checked against the engine
+        (an unreachable engine is an error) and the run gets its one id.
+        """
+        limits = self.resolve(request)
+        image = self.verified_image(request.image)
+        return PreparedRun(request=request, limits=limits, image=image, run_id=new_run_id())
+
     def resolve(self, request: RunRequest) -> Limits:
-        """Effective limits for a request, or a clear refusal. Creates nothing."""
+        """Effective limits for a request, or a clear refusal. Creates nothing.
+        (Part of `prepare`; runs take a PreparedRun.)"""
         limits = self.policy.resolve(request.limits)
         check_request(request, limits, allow_credential_env=self.policy.allow_credential_env)
         if limits.cpus > 1:
@@ -275,22 +288,37 @@ class Session:
                 self._swept = len(self.sweep().removed)
             return self._swept
 
-    def publish_outputs(self, staging: Path, destination: Path) -> Path:
-        """Returned files into `destination` at once (quarantined on macOS)."""
-        return publish(staging, destination, self._output_marker)
+    def stage_outputs(
+        self,
+        prepared: PreparedRun,
+        destination: Path | None = None,
+        *,
+        keep_under: Path | None = None,
+    ) -> OutputStaging | None:
+        """Where `prepared`'s returned files land (None when it returns none): beside
+        `destination` to publish there at once (quarantined on macOS), in
+        `keep_under/<run id>` to keep, else a temporary directory. Every front end
+        stages this way; call it after `prepare`, before `run`."""
+        return stage_outputs(
+            prepared, destination, keep_under=keep_under, marker=self._output_marker
+        )
 
     def run(
         self,
-        request: RunRequest,
+        prepared: PreparedRun | RunRequest,
         *,
         files_dir: Path | None = None,
         cancel: threading.Event | None = None,
         on_event: EventSink | None = None,
     ) -> RunOutcome:
-        """Run `request` in a fresh box. A failing program is data in the receipt."""
-        limits = self.resolve(request)
-        image = self.verified_image(request.image)
-        run_id = new_run_id()
+        """Run a prepared request in a fresh box. A failing program is data in the receipt.
+
+        Front ends `prepare` first (to refuse before they stage anything) and pass
+        the PreparedRun; a bare RunRequest (tests, scripts) is prepared here.
+        """
+        if isinstance(prepared, RunRequest):
+            prepared = self.prepare(prepared)
+        request, limits, image = prepared.request, prepared.limits, prepared.image
         swept = self._sweep_once()  # connects (and on macOS verifies the VM) first
         if self.host is not None:
             self.host.check_before_run()
@@ -304,7 +332,7 @@ class Session:
                 request,
                 limits,
                 image,
-                run_id=run_id,
+                run_id=prepared.run_id,
                 files_dir=files_dir,
                 cancel=cancel,
                 leftovers_swept=swept,
@@ -323,10 +351,8 @@ class Session:
         """
         if self._pool is None:
             return False
-        request = request or RunRequest(code=b"")
-        key = PoolKey.of(
-            self.verified_image(request.image), self.resolve(request), request.code_name
-        )
+        prepared = self.prepare(request or RunRequest(code=b""))
+        key = PoolKey.of(prepared.image, prepared.limits, prepared.request.code_name)
         self._sweep_once()
         if wait_s > 0:
             return self._pool.wait_ready(key, wait_s)

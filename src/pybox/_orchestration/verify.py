@@ -114,9 +114,10 @@ class Suite:
     def run_program(
         self, name: str, verdict: Verdict, limits: LimitRequest, inputs: tuple[InputFile, ...] = ()
     ) -> RunOutcome:
-        outcome = self.session.run(
-            RunRequest(code=case_source(name), code_name=f"{name}.py", inputs=inputs, limits=limits)
+        request = RunRequest(
+            code=case_source(name), code_name=f"{name}.py", inputs=inputs, limits=limits
         )
+        outcome = self.session.run(self.session.prepare(request))
         verdict.run_ids.append(outcome.receipt.run_id)
         return outcome
 
@@ -325,7 +326,8 @@ def run_leftovers(suite: Suite, verdict: Verdict) -> None:
         + ("; its attempt record stayed" if recorded else ""),
     )
     fresh = Session(suite.engine, suite.session.state, suite.session.policy)
-    outcome = fresh.run(RunRequest(code=b"print('the next run')\n", code_name="next_run.py"))
+    next_run = RunRequest(code=b"print('the next run')\n", code_name="next_run.py")
+    outcome = fresh.run(fresh.prepare(next_run))
     verdict.run_ids.append(outcome.receipt.run_id)
     swept = outcome.receipt.observed_by_pybox.leftovers_swept
     verdict.check(outcome.receipt.status is Status.SUCCEEDED, "the next run did not succeed")
@@ -348,7 +350,7 @@ def run_posture(suite: Suite, verdict: Verdict) -> None:
     for weakening in WEAKENINGS:
         hook.reset(weakening)
         try:
-            outcome = weak.run(RunRequest(code=code, code_name="posture.py"))
+            outcome = weak.run(weak.prepare(RunRequest(code=code, code_name="posture.py")))
         except EngineAPIError as exc:
             # Another engine may refuse a weakened create itself: no box, nothing started.
             if verdict.check(not hook.created, f"{weakening.field}: {exc}"):

@@ -193,7 +193,8 @@ def _report_image(plan: BuildPlan, doing: bool) -> None:
 
 
 def _check_run(session: Session) -> None:
-    outcome = session.run(RunRequest(code=b"print(6*7)\n", limits=LimitRequest(timeout_s=30.0)))
+    request = RunRequest(code=b"print(6*7)\n", limits=LimitRequest(timeout_s=30.0))
+    outcome = session.run(session.prepare(request))
     receipt = outcome.receipt
     if receipt.status is not Status.SUCCEEDED or outcome.stdout != b"42\n":
         for line in receipt.summary_lines():
