@@ -296,3 +296,14 @@ def test_protocol_1_runs_one_program_and_ends(tmp_path: Path) -> None:
         assert box.process.wait(timeout=15) == 4
     finally:
         box.close()
+
+
+def test_each_program_gets_its_own_stdin_and_arguments(box: Bootstrap) -> None:
+    echo = b"import sys\nprint(sys.argv[1:], sys.stdin.read())\n"
+    ready(box)
+    box.program(echo, stdin=b"first", args=("a",))
+    assert box.until_exit()[0] == b"['a'] first\n"
+    box.send(wire.ACK)
+    ready(box)
+    box.program(echo, stdin=b"second", args=("b", "c"))
+    assert box.until_exit()[0] == b"['b', 'c'] second\n"

@@ -171,8 +171,10 @@ class Box:
     ) -> RunOutcome:
         """Run one more program in this protocol-2 box; its own receipt comes back.
 
-        A program that fails, times out or is stopped leaves the box usable; one
-        that breaks the box (or Ctrl-C) removes it, and later calls are refused.
+        It runs within the box's limits (the request's own are not consulted:
+        check it against them first, as `Session.prepare` does). A program that
+        fails, times out or is stopped leaves the box usable; one that breaks the
+        box (or Ctrl-C) removes it, and later calls are refused.
         """
         if self.protocol != wire.MANY_PROGRAMS:
             raise ValueError("only a protocol-2 box runs more than one program")
@@ -260,7 +262,7 @@ class Box:
                 if look and self.started:
                     self.final_inspect = engine.inspect_container(container_id)
                     state = (self.final_inspect or {}).get("State") or {}
-                    if exit_reported and state.get("Running") and self.protocol == 1:
+                    if exit_reported and state.get("Running") and self.protocol == wire.ONE_PROGRAM:
                         # The box reported its end but the engine has not recorded
                         # it yet: wait for the engine's own exit code.
                         engine.wait_container(container_id, timeout_s=5.0)

@@ -408,6 +408,8 @@ def unpack_inputs(link, header, replace=False):
     os.chmod(INPUT, 0o555)
     if header["stdin_size"]:
         path = os.path.join(ROOT, ".stdin-%d" % os.getpid())
+        if replace:
+            remove_if_there(path)
         receive_file(link, path, header["stdin_size"], 0o400)
 
 
