@@ -14,15 +14,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pybox._core.errors import PyboxError
-from pybox._core.request import PreparedRun
-from pybox._orchestration.outputs import (
+from pybox._boxes.outputs import (
     FileMarker,
     ReturnedFile,
     discard,
     publish,
     stage_destination,
 )
+from pybox._core.errors import PyboxError
+from pybox._core.request import PreparedRun
 
 TEMPORARY_PREFIX = "pybox-outputs-"
 
