@@ -25,6 +25,9 @@ from pybox._main import MCP_COMMANDS
 HEAVY = (
     "pybox._engine",
     "pybox._adapters",
+    "pybox._boxes",
+    "pybox._features",
+    "pybox._inbox",
     "pybox._orchestration",
     "pybox._frontends.mcp",
     "pybox._frontends.api",
@@ -130,6 +133,14 @@ def test_import_pybox_imports_no_engine_and_no_orchestration(tmp_path: Path) -> 
     }
 
 
+@pytest.mark.parametrize("package", ["pybox", "pybox._core.repair"])
+def test_every_lazily_exported_name_resolves(package: str) -> None:
+    module = __import__(package, fromlist=["__all__"])
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
+    assert set(module._LAZY) <= set(module.__all__)
+
+
 def test_the_public_api_still_resolves_on_first_use() -> None:
     import pybox
 
@@ -172,11 +183,27 @@ def test_exec_imports_neither_the_other_front_ends_nor_other_commands(tmp_path: 
         "pybox._frontends.cli._repair",
         "pybox._frontends.cli._verify",
         "pybox._frontends.cli._vm",
-        "pybox._orchestration.repair",
-        "pybox._orchestration.verify",
-        "pybox._adapters.models",
+        "pybox._features.repair",
+        "pybox._features.verify",
+        "pybox._features.vm",
+        "pybox._features.images.operations",
+        "pybox._features.images.builds",
+        "pybox._boxes.pool",
+        "pybox._orchestration.doctor",
+        "pybox._adapters.model_providers",
+        "pybox._adapters.colima",
+        "pybox._adapters.rootfs_unshare",
+        "tarfile",
+        "pybox._core.repair.report",
+        "pybox._core.repair.prompt",
+        "pybox._core.repair.proposal",
+        "http",
+        "email",
+        "ssl",
         "asyncio",
         "urllib.request",
+        "tomllib",
+        "importlib.resources",
     )
     assert [m for m in modules if m.startswith(not_for_exec)] == []
 

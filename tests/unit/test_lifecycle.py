@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pybox._adapters.state import StateStore
+from pybox._boxes.record import RunInterrupted
 from pybox._core import wire
 from pybox._core.errors import (
     EngineUnavailable,
@@ -19,7 +20,6 @@ from pybox._core.errors import (
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.receipt import Status
 from pybox._core.request import InputFile, RunRequest
-from pybox._orchestration.lifecycle import RunInterrupted
 from pybox._orchestration.session import Session
 from tests.unit.conftest import IMAGE_ID, OWNER, make_session
 from tests.unit.fake_engine import FakeEngine, Script, frame

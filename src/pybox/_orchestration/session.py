@@ -15,22 +15,26 @@ from typing import TYPE_CHECKING, Any
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
-from pybox._adapters.host import current_owner, owner_alive
-from pybox._adapters.rootfs import Progress
+from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.state import StateStore
+from pybox._boxes.box import run_once
+from pybox._boxes.cleanup import SweepReport, sweep
+from pybox._boxes.outputs import FileMarker
+from pybox._boxes.program import SAMPLE_INTERVAL_S
+from pybox._boxes.record import RunOutcome
+from pybox._boxes.spec import BoxContext, new_run_id
 from pybox._core.errors import ImageError, LimitExceeded, PyboxError
+from pybox._core.events import EventSink
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
-from pybox._core.request import RunRequest, check_request
+from pybox._core.request import PreparedRun, RunRequest, check_request
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
-from pybox._inbox import bootstrap_source
-from pybox._orchestration.builds import lock_changed
-from pybox._orchestration.cleanup import SweepReport, sweep
-from pybox._orchestration.images import (
+from pybox._features.images.lock_plans import lock_changed
+from pybox._features.images.records import (
     BuildPlan,
     ImageStatus,
     build_stdlib,
@@ -39,16 +43,17 @@ from pybox._orchestration.images import (
     plan_stdlib,
     verify_for_run,
 )
-from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
-from pybox._orchestration.outputs import FileMarker, publish
-from pybox._orchestration.platforms import Host, open_host
+from pybox._inbox import bootstrap_source
+from pybox._orchestration.hosts import Host, open_host
+from pybox._orchestration.staging import OutputStaging, stage_outputs
 from pybox._version import __version__
 
 # What only images, the VM, doctor and the warm pool need is imported where they
 # are used: a one-shot `pybox exec` does not pay for it.
 if TYPE_CHECKING:
-    from pybox._orchestration.image_operations import ImageOperations
-    from pybox._orchestration.pool import PoolStats
+    from pybox._adapters.rootfs import Progress
+    from pybox._boxes.pool import PoolStats
+    from pybox._features.images.operations import ImageOperations
 
 
 class Session:
@@ -95,7 +100,7 @@ class Session:
         # CLI calls do not pay to fill one.
         self._pool = None
         if pool is not None:
-            from pybox._orchestration.pool import WarmPool
+            from pybox._boxes.pool import WarmPool
 
             self._pool = WarmPool(self._context, pool, log)
         # Where boxes run (`open` chooses; sessions built directly are local).
@@ -131,6 +136,15 @@ class Session:
         )
 
     @property
+    def state_dir(self) -> Path:
+        """The folder holding pybox's state (image records, attempts)."""
+        return self.state.root
+
+    def recorded_images(self) -> dict[str, ImageRecord]:
+        """The recorded images by name, as values: front ends never hold the store."""
+        return self.state.images()
+
+    @property
     def engine(self) -> Engine:
         with self._lock:
             if self._engine is None:
@@ -157,8 +171,20 @@ class Session:
             self._confinement = confinement(self.engine.info(), local_host=not self.in_vm)
         return self._confinement
 
+    def prepare(self, request: RunRequest) -> PreparedRun:
+        """`request` made ready to run, or a clear refusal; creates nothing.
+
+        The limits are resolved here, once, and the request checked against them
+        before the engine is touched; then the image is checked against the engine
+        (an unreachable engine is an error) and the run gets its one id.
+        """
+        limits = self.resolve(request)
+        image = self.verified_image(request.image)
+        return PreparedRun(request=request, limits=limits, image=image, run_id=new_run_id())
+
     def resolve(self, request: RunRequest) -> Limits:
-        """Effective limits for a request, or a clear refusal. Creates nothing."""
+        """Effective limits for a request, or a clear refusal. Creates nothing.
+        (Part of `prepare`; runs take a PreparedRun.)"""
         limits = self.policy.resolve(request.limits)
         check_request(request, limits, allow_credential_env=self.policy.allow_credential_env)
         if limits.cpus > 1:
@@ -239,8 +265,8 @@ class Session:
 
     def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
         if self.host is not None and self.host.in_vm:
-            from pybox._adapters.colima_build import VM_DEBIAN_KEYRING
-            from pybox._orchestration.vm import vm_build_source
+            from pybox._adapters.colima.rootfs_build import VM_DEBIAN_KEYRING
+            from pybox._features.vm.setup import vm_build_source
 
             # Checked before the VM is touched: a Mac has no apt sources to default to.
             source = vm_build_source(self.host, mirror, suite)
@@ -260,7 +286,7 @@ class Session:
     ) -> ImageRecord:
         builder = None
         if self.host is not None and self.host.in_vm:
-            from pybox._adapters.colima_build import VMRootfsBuilder
+            from pybox._adapters.colima.rootfs_build import VMRootfsBuilder
 
             builder = VMRootfsBuilder(self.host.colima())
         return build_stdlib(self.engine, self.state, plan, progress, force=force, builder=builder)
@@ -270,7 +296,7 @@ class Session:
 
     def images(self) -> ImageOperations:
         """Building from locks, verifying, removing, pulling and pushing images."""
-        from pybox._orchestration.image_operations import ImageOperations
+        from pybox._features.images.operations import ImageOperations
 
         return ImageOperations(lambda: self.engine, self.state, self.owner, self._environ)
 
@@ -287,32 +313,59 @@ class Session:
                 self._swept = len(self.sweep().removed)
             return self._swept
 
-    def publish_outputs(self, staging: Path, destination: Path) -> Path:
-        """Returned files into `destination` at once (quarantined on macOS)."""
-        return publish(staging, destination, self._output_marker)
+    def stage_outputs(
+        self,
+        prepared: PreparedRun,
+        destination: Path | None = None,
+        *,
+        keep_under: Path | None = None,
+    ) -> OutputStaging | None:
+        """Where `prepared`'s returned files land (None when it returns none): beside
+        `destination` to publish there at once (quarantined on macOS), in
+        `keep_under/<run id>` to keep, else a temporary directory. Every front end
+        stages this way; call it after `prepare`, before `run`."""
+        return stage_outputs(
+            prepared, destination, keep_under=keep_under, marker=self._output_marker
+        )
 
     def run(
         self,
-        request: RunRequest,
+        prepared: PreparedRun | RunRequest,
         *,
         files_dir: Path | None = None,
         cancel: threading.Event | None = None,
+        on_event: EventSink | None = None,
     ) -> RunOutcome:
-        """Run `request` in a fresh box. A failing program is data in the receipt."""
-        limits = self.resolve(request)
-        image = self.verified_image(request.image)
+        """Run a prepared request in a fresh box. A failing program is data in the receipt.
+
+        Front ends `prepare` first (to refuse before they stage anything) and pass
+        the PreparedRun; a bare RunRequest (tests, scripts) is prepared here.
+        """
+        if isinstance(prepared, RunRequest):
+            prepared = self.prepare(prepared)
+        request, limits, image = prepared.request, prepared.limits, prepared.image
         swept = self._sweep_once()  # connects (and on macOS verifies the VM) first
         if self.host is not None:
             self.host.check_before_run()
         warm = None
         if self._pool is not None:
-            from pybox._orchestration.pool import PoolKey
+            from pybox._boxes.pool import PoolKey
 
             key = PoolKey.of(image, limits, request.code_name)
             warm = self._pool.take(key)
-        run = BoxRun(self._context(), request, limits, image, files_dir, cancel, swept, warm)
         try:
-            return run.execute()
+            return run_once(
+                self._context(),
+                request,
+                limits,
+                image,
+                run_id=prepared.run_id,
+                files_dir=files_dir,
+                cancel=cancel,
+                leftovers_swept=swept,
+                warm=warm,
+                on_event=on_event,
+            )
         finally:
             if warm is not None and self._pool is not None:
                 self._pool.done(key)
@@ -325,12 +378,10 @@ class Session:
         """
         if self._pool is None:
             return False
-        from pybox._orchestration.pool import PoolKey
+        from pybox._boxes.pool import PoolKey
 
-        request = request or RunRequest(code=b"")
-        key = PoolKey.of(
-            self.verified_image(request.image), self.resolve(request), request.code_name
-        )
+        prepared = self.prepare(request or RunRequest(code=b""))
+        key = PoolKey.of(prepared.image, prepared.limits, prepared.request.code_name)
         self._sweep_once()
         if wait_s > 0:
             return self._pool.wait_ready(key, wait_s)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from pybox._core.limits import LimitField
     from pybox._core.receipt import Receipt
-    from pybox._orchestration.platforms import ToolPaths
+    from pybox._orchestration.hosts import ToolPaths
     from pybox._orchestration.session import Session
 
 EXIT_TIMED_OUT = 124
@@ -262,7 +262,7 @@ def add_tool_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def tool_paths(args: argparse.Namespace) -> ToolPaths:
-    from pybox._orchestration.platforms import ToolPaths
+    from pybox._orchestration.hosts import ToolPaths
 
     return ToolPaths(colima=args.colima, docker=args.docker)
 
