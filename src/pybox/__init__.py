@@ -21,6 +21,7 @@ from pybox._core.errors import (
     RequestRejected,
     SandboxError,
 )
+from pybox._core.lazy import lazy_names
 from pybox._version import __version__
 
 # The rest of the public API is imported on first use (PEP 562): `import pybox`,
@@ -65,19 +66,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups do not come here again
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 
 __all__ = [

@@ -57,6 +57,7 @@ LIGHT_PYBOX = {
     "pybox._version",
     "pybox._core",
     "pybox._core.errors",
+    "pybox._core.lazy",
     "pybox._core.display",
     "pybox._main",
     "pybox._frontends",
@@ -130,6 +131,7 @@ def test_import_pybox_imports_no_engine_and_no_orchestration(tmp_path: Path) -> 
         "pybox._version",
         "pybox._core",
         "pybox._core.errors",
+        "pybox._core.lazy",
     }
 
 

@@ -8,6 +8,8 @@ are re-exported here (each imported on first use) so callers need not know which
 
 from __future__ import annotations
 
+from pybox._core.lazy import lazy_names
+
 # Each name is imported from its part on first use (PEP 562): the operator's
 # config needs the bounds on every run, the rest only the repair command does.
 TYPE_CHECKING = False
@@ -64,59 +66,47 @@ if TYPE_CHECKING:
 
 # Public name -> the part that defines it.
 _LAZY: dict[str, str] = {
-    "REPAIR_CEILINGS": "bounds",
-    "REPAIR_DEFAULTS": "bounds",
-    "REPAIR_FIELDS": "bounds",
-    "REPAIR_FIELDS_BY_KEY": "bounds",
-    "REPAIR_SECTION": "bounds",
-    "RepairBudget": "bounds",
-    "RepairLimits": "bounds",
-    "RepairPolicy": "bounds",
-    "IDENTIFIER_RE": "goal",
-    "TESTS_RUNNER_NAME": "goal",
-    "TESTS_SUMMARY_PREFIX": "goal",
-    "GoalCheck": "goal",
-    "GoalKind": "goal",
-    "RepairGoal": "goal",
-    "runner_for_tests": "goal",
-    "sha256_hex": "goal",
-    "ANTHROPIC_BASE_URL": "model",
-    "DEFAULT_KEY_ENV": "model",
-    "ENV_NAME_RE": "model",
-    "OPENAI_BASE_URL": "model",
-    "ProviderKind": "model",
-    "RepairModel": "model",
-    "SYSTEM_PROMPT": "prompt",
-    "Prompt": "prompt",
-    "RunEvidence": "prompt",
-    "build_prompt": "prompt",
-    "clip_middle": "prompt",
-    "PYTHON_INFOS": "proposal",
-    "InvalidProposal": "proposal",
-    "Proposal": "proposal",
-    "extract_proposal": "proposal",
-    "REPAIR_VERSION": "report",
-    "RepairReport": "report",
-    "RepairRound": "report",
-    "RepairRun": "report",
-    "StopReason": "report",
-    "summarize": "report",
+    "REPAIR_CEILINGS": ".bounds",
+    "REPAIR_DEFAULTS": ".bounds",
+    "REPAIR_FIELDS": ".bounds",
+    "REPAIR_FIELDS_BY_KEY": ".bounds",
+    "REPAIR_SECTION": ".bounds",
+    "RepairBudget": ".bounds",
+    "RepairLimits": ".bounds",
+    "RepairPolicy": ".bounds",
+    "IDENTIFIER_RE": ".goal",
+    "TESTS_RUNNER_NAME": ".goal",
+    "TESTS_SUMMARY_PREFIX": ".goal",
+    "GoalCheck": ".goal",
+    "GoalKind": ".goal",
+    "RepairGoal": ".goal",
+    "runner_for_tests": ".goal",
+    "sha256_hex": ".goal",
+    "ANTHROPIC_BASE_URL": ".model",
+    "DEFAULT_KEY_ENV": ".model",
+    "ENV_NAME_RE": ".model",
+    "OPENAI_BASE_URL": ".model",
+    "ProviderKind": ".model",
+    "RepairModel": ".model",
+    "SYSTEM_PROMPT": ".prompt",
+    "Prompt": ".prompt",
+    "RunEvidence": ".prompt",
+    "build_prompt": ".prompt",
+    "clip_middle": ".prompt",
+    "PYTHON_INFOS": ".proposal",
+    "InvalidProposal": ".proposal",
+    "Proposal": ".proposal",
+    "extract_proposal": ".proposal",
+    "REPAIR_VERSION": ".report",
+    "RepairReport": ".report",
+    "RepairRound": ".report",
+    "RepairRun": ".report",
+    "StopReason": ".report",
+    "summarize": ".report",
 }
 
 
-def __getattr__(name: str) -> object:
-    part = _LAZY.get(name)
-    if part is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{part}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 
 __all__ = [
