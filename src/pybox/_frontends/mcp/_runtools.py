@@ -87,7 +87,9 @@ def _start_run_text(toolbox: Toolbox) -> str:
     return (
         "Start a Python program in a fresh sandbox box and return its run_id at "
         "once, without waiting. " + _about_runs(toolbox) + " Next: call get_result "
-        "with the run_id until state is 'finished', or stop_run to end it."
+        "with the run_id until state is 'finished' (while it runs it shows the output so far; "
+        "pass stdout_next_offset and stderr_next_offset back as stdout_offset and "
+        "stderr_offset for newer output only), or stop_run to end it."
     )
 
 
