@@ -22,7 +22,7 @@ from pybox._boxes.record import RunOutcome
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, box_user, requirements
 from pybox._core.request import RunRequest
-from pybox._features.verify.judges import (
+from pybox._features.verify.escape_judges import (
     FLOOD_STDERR_BYTES,
     FLOOD_STDOUT_BYTES,
     CaseResult,

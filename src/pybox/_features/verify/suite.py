@@ -51,7 +51,7 @@ from pybox._core.posture import (
 from pybox._core.receipt import Receipt, Status
 from pybox._core.request import InputFile, RunRequest
 from pybox._engine import Engine, JSONObject
-from pybox._features.verify.judges import (
+from pybox._features.verify.escape_judges import (
     CaseResult,
     ListenerReport,
     SuiteResult,
