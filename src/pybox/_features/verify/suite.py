@@ -8,8 +8,9 @@ kernel, the host or pybox itself can see a fact, the judge uses that. After
 every case its box must be confirmed gone: the engine answers "no such
 container" and the box's cgroup no longer exists on this machine.
 
-The judges are in `verify_judges`; the posture case's weakened boxes and
-the narrow hook that asks for them are in `verify_posture`.
+The judges are in `limit_judges` and `escape_judges`, what they record in
+`verdict`; the posture case's weakened boxes and the narrow hook that asks
+for them are in `posture_case`.
 """
 
 from __future__ import annotations
@@ -52,28 +53,32 @@ from pybox._core.receipt import Receipt, Status
 from pybox._core.request import InputFile, RunRequest
 from pybox._engine import Engine, JSONObject
 from pybox._features.verify.escape_judges import (
-    CaseResult,
     ListenerReport,
-    SuiteResult,
-    Verdict,
-    case_source,
-    judge_cpu_spin,
-    judge_disk_fill,
-    judge_fork_bomb,
-    judge_gone,
     judge_host_files,
-    judge_memory_bomb,
     judge_network,
-    judge_output_flood,
     judge_privilege,
     judge_seccomp,
     judge_secrets,
+)
+from pybox._features.verify.limit_judges import (
+    judge_cpu_spin,
+    judge_disk_fill,
+    judge_fork_bomb,
+    judge_memory_bomb,
+    judge_output_flood,
     judge_timeout_evasion,
 )
 from pybox._features.verify.posture_case import (
     WEAKENINGS,
     WeakenedCreateEngine,
     judge_weakened,
+)
+from pybox._features.verify.verdict import (
+    CaseResult,
+    SuiteResult,
+    Verdict,
+    case_source,
+    judge_gone,
 )
 from pybox._orchestration.session import Session
 
