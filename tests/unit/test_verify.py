@@ -22,6 +22,7 @@ from pybox._boxes.record import RunOutcome
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, box_user, requirements
 from pybox._core.request import RunRequest
+from pybox._features.verify.case_runs import run_posture
 from pybox._features.verify.escape_judges import (
     ListenerReport,
     judge_host_files,
@@ -30,6 +31,7 @@ from pybox._features.verify.escape_judges import (
     judge_seccomp,
     judge_secrets,
 )
+from pybox._features.verify.harness import Case, Suite
 from pybox._features.verify.limit_judges import (
     FLOOD_STDERR_BYTES,
     FLOOD_STDOUT_BYTES,
@@ -47,7 +49,7 @@ from pybox._features.verify.posture_case import (
     Weakening,
     judge_weakened,
 )
-from pybox._features.verify.suite import CASES, Case, Suite, run_posture, run_suite
+from pybox._features.verify.suite import CASES, run_suite
 from pybox._features.verify.verdict import CaseResult, Fact, Verdict, case_source
 from pybox._frontends.cli._verify import case_line, verify_json
 from pybox._orchestration.session import Session
