@@ -1,10 +1,9 @@
-"""Model providers for the repair loop: a local command, or an HTTP API over urllib.
+"""What the HTTP model providers share: one bounded POST over urllib.
 
-A provider turns a prompt into reply text and nothing else: it never runs the
-reply. Each call is bounded in time (the loop's time left) and in bytes (the
-loop's reply bytes left). API keys are read from the environment when the
-provider is opened, sent only in the request header, and scrubbed from any
-error text; they are never written anywhere.
+The base URL is checked before a key is sent to it (https, or plain http to
+loopback only), redirects are never followed, the answer is read within the
+reply bytes left, and the key is scrubbed from every error text. Each API
+(`openai`, `anthropic`) says only its headers, its body and where its reply is.
 """
 
 from __future__ import annotations
@@ -12,12 +11,7 @@ from __future__ import annotations
 import email.utils
 import http.client
 import json
-import os
 import re
-import selectors
-import shutil
-import signal
-import subprocess
 import threading
 import time
 import urllib.error
@@ -26,78 +20,24 @@ import urllib.request
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.message import Message
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from pybox._core.addresses import is_loopback
 from pybox._core.display import escape_text
 from pybox._core.errors import (
-    ConfigError,
     InvalidRequest,
     ModelError,
     ModelRateLimited,
     ModelReplyTooLarge,
     ModelTimeout,
 )
-from pybox._core.repair import Prompt, ProviderKind, RepairModel
+from pybox._core.repair import Prompt, RepairModel
 from pybox._version import __version__
 
-POLL_S = 0.1
-STDERR_TAIL_BYTES = 2000
 ERROR_BODY_BYTES = 64 * 1024
 # An HTTP answer wraps the reply text in JSON; this much envelope is allowed on top.
 ENVELOPE_BYTES = 64 * 1024
 READ_CHUNK = 64 * 1024
-ANTHROPIC_VERSION = "2023-06-01"
-
-
-class ModelProvider(Protocol):
-    def ask(
-        self,
-        prompt: Prompt,
-        *,
-        timeout_s: float,
-        max_reply_bytes: int,
-        cancel: threading.Event | None = None,
-    ) -> str:
-        """The model's reply text, or ModelError (ModelTimeout, ModelRateLimited,
-        ModelReplyTooLarge)."""
-        ...
-
-
-def open_provider(model: RepairModel, environ: Mapping[str, str]) -> ModelProvider:
-    """A ready provider, or a clear error before anything is sent."""
-    if model.provider is ProviderKind.COMMAND:
-        # Found now, so a typo is a refusal before any box runs, not a model error after.
-        program = model.argv[0] if model.argv else ""
-        if not program or shutil.which(program, path=environ.get("PATH", os.defpath)) is None:
-            raise ConfigError(
-                f"The model command {program!r} was not found (looked in PATH"
-                f"{'' if '/' not in program else ' and at that path'}): nothing was run. "
-                "Install it, or give its full path in --model-cmd."
-            )
-        return CommandProvider(model.argv, environ)
-    assert model.key_env is not None and model.base_url is not None
-    key = environ.get(model.key_env, "")
-    if not key.strip():
-        raise ConfigError(
-            f"The {model.provider.value} provider reads its API key from the environment "
-            f"variable {model.key_env}, which is not set. Export it, or name another "
-            "variable with --key-env."
-        )
-    key = key.strip()
-    bad = next((i for i, char in enumerate(key) if not "!" <= char <= "~"), None)
-    if bad is not None:
-        # Never the key itself, nor the character: only where the problem is.
-        raise ConfigError(
-            f"The API key in the environment variable {model.key_env} has a character an "
-            f"HTTP header cannot carry (a line break, a space, a control or a non-ASCII "
-            f"character) at position {bad + 1} of {len(key)}. Set the variable to the key "
-            "alone."
-        )
-    base = check_base_url(model.base_url)
-    if model.provider is ProviderKind.OPENAI:
-        return OpenAIProvider(model, base, key)
-    return AnthropicProvider(model, base, key)
 
 
 def scrub_secret(text: str, secret: str) -> str:
@@ -136,128 +76,6 @@ def check_base_url(url: str) -> str:
     if problem:
         raise InvalidRequest(f"The model base URL {url!r} is not usable: {problem}.")
     return url.rstrip("/")
-
-
-# -- a local command ----------------------------------------------------------------
-
-
-class CommandProvider:
-    """Runs `argv` (never through a shell) once per call: prompt on stdin, reply on stdout."""
-
-    def __init__(self, argv: tuple[str, ...], environ: Mapping[str, str]) -> None:
-        self.argv = argv
-        self.environ = dict(environ)
-
-    def ask(
-        self,
-        prompt: Prompt,
-        *,
-        timeout_s: float,
-        max_reply_bytes: int,
-        cancel: threading.Event | None = None,
-    ) -> str:
-        deadline = time.monotonic() + timeout_s
-        name = self.argv[0]
-        try:
-            process = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=self.environ,
-                start_new_session=True,  # its own process group, so it can be ended whole
-            )
-        except OSError as exc:
-            raise ModelError(
-                f"Cannot start the model command {name!r}: {exc.strerror or exc}. Check that "
-                "it is installed and on PATH."
-            ) from exc
-        try:
-            return self._talk(process, prompt, deadline, max_reply_bytes, cancel)
-        finally:
-            if process.poll() is None:
-                _end_group(process)
-
-    def _talk(
-        self,
-        process: subprocess.Popen[bytes],
-        prompt: Prompt,
-        deadline: float,
-        max_reply_bytes: int,
-        cancel: threading.Event | None,
-    ) -> str:
-        assert process.stdin is not None and process.stdout is not None
-        assert process.stderr is not None
-        writer = threading.Thread(
-            target=_feed, args=(process.stdin, prompt.text.encode("utf-8")), daemon=True
-        )
-        writer.start()
-        reply = bytearray()
-        stderr_tail = bytearray()
-        with selectors.DefaultSelector() as selector:
-            selector.register(process.stdout, selectors.EVENT_READ, "out")
-            selector.register(process.stderr, selectors.EVENT_READ, "err")
-            while selector.get_map():
-                if cancel is not None and cancel.is_set():
-                    raise ModelError("The model command was stopped: the repair was cancelled.")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ModelTimeout(
-                        f"The model command {self.argv[0]!r} did not answer in time; it was ended."
-                    )
-                for key, _ in selector.select(min(left, POLL_S)):
-                    stream: IO[bytes] = key.fileobj  # type: ignore[assignment]
-                    data = os.read(stream.fileno(), READ_CHUNK)
-                    if not data:
-                        selector.unregister(stream)
-                    elif key.data == "out":
-                        reply += data
-                        if len(reply) > max_reply_bytes:
-                            raise ModelReplyTooLarge(
-                                f"The model command's reply passed {max_reply_bytes} bytes "
-                                "(the reply bytes left); it was ended."
-                            )
-                    else:
-                        stderr_tail = (stderr_tail + data)[-STDERR_TAIL_BYTES:]
-        try:
-            code = process.wait(timeout=max(deadline - time.monotonic(), 0.01))
-        except subprocess.TimeoutExpired:
-            raise ModelTimeout(
-                f"The model command {self.argv[0]!r} closed its output but did not exit in "
-                "time; it was ended."
-            ) from None
-        if code != 0:
-            # The command's own words, on one line and with nothing a terminal acts on.
-            detail = escape_text(stderr_tail.decode("utf-8", "replace").strip())
-            raise ModelError(
-                f"The model command {self.argv[0]!r} failed with exit status {code}"
-                + (f": {detail}" if detail else " and printed nothing on stderr")
-            )
-        return reply.decode("utf-8", "replace")
-
-
-def _feed(stdin: IO[bytes], data: bytes) -> None:
-    try:
-        stdin.write(data)
-    except (BrokenPipeError, OSError):
-        pass  # the command stopped reading; its exit status and output say the rest
-    finally:
-        try:
-            stdin.close()
-        except OSError:
-            pass
-
-
-def _end_group(process: subprocess.Popen[bytes]) -> None:
-    """End the command pybox started and whatever it started in its group."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        process.kill()
-    process.wait()
-
-
-# -- HTTP APIs ------------------------------------------------------------------------
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -315,7 +133,7 @@ def retry_after_s(headers: Mapping[str, str] | Message) -> float | None:
     return max((when - datetime.now(UTC)).total_seconds(), 0.0)
 
 
-class _HTTPProvider:
+class HTTPProvider:
     path = ""
 
     def __init__(self, model: RepairModel, base_url: str, key: str) -> None:
@@ -421,61 +239,3 @@ def _error_message(body: bytes) -> str | None:
     if isinstance(error, str):
         return error
     return None
-
-
-class OpenAIProvider(_HTTPProvider):
-    """An OpenAI-compatible `POST {base}/chat/completions`."""
-
-    path = "/chat/completions"
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._key}"}
-
-    def _body(self, prompt: Prompt) -> dict[str, Any]:
-        return {
-            "model": self.model.model,
-            "messages": [
-                {"role": "system", "content": prompt.system},
-                {"role": "user", "content": prompt.user},
-            ],
-        }
-
-    def _reply(self, answer: dict[str, Any]) -> str:
-        try:
-            content = answer["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise ModelError(f"{self.what} answered without choices[0].message.content.") from None
-        if content is None:
-            return ""  # a refusal or a tool call: no program, an invalid proposal
-        if not isinstance(content, str):
-            raise ModelError(f"{self.what} answered a message whose content is not text.")
-        return content
-
-
-class AnthropicProvider(_HTTPProvider):
-    """The Anthropic messages API, `POST {base}/v1/messages`."""
-
-    path = "/v1/messages"
-
-    def _headers(self) -> dict[str, str]:
-        return {"x-api-key": self._key, "anthropic-version": ANTHROPIC_VERSION}
-
-    def _body(self, prompt: Prompt) -> dict[str, Any]:
-        return {
-            "model": self.model.model,
-            "max_tokens": self.model.max_tokens,
-            "system": prompt.system,
-            "messages": [{"role": "user", "content": prompt.user}],
-        }
-
-    def _reply(self, answer: dict[str, Any]) -> str:
-        content = answer.get("content")
-        if not isinstance(content, list):
-            raise ModelError(f"{self.what} answered without a content list.")
-        return "".join(
-            block["text"]
-            for block in content
-            if isinstance(block, dict)
-            and block.get("type") == "text"
-            and isinstance(block.get("text"), str)
-        )
