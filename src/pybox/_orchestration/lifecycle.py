@@ -578,6 +578,8 @@ class BoxRun:
         state: dict[str, Any] = (self.final_inspect or {}).get("State") or {}
         posture = self.posture
         started = self._box_started
+        # A box still running has no exit code, whatever ExitCode says (0 until it ends).
+        ended = bool(state) and not state.get("Running")
         return EngineObserved(
             container_id=self.container_id,
             container_name=self.spec.name if self.create_sent else None,
@@ -588,7 +590,7 @@ class BoxRun:
                 for m in (posture.mismatches if posture else ())
             ),
             state=state.get("Status"),
-            exit_code=state.get("ExitCode") if started and state else None,
+            exit_code=state.get("ExitCode") if started and ended else None,
             oom_killed=state.get("OOMKilled") if state else None,
             created_at=(self.final_inspect or {}).get("Created"),
             started_at=state.get("StartedAt") if started else None,
