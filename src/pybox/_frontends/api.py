@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,7 +16,7 @@ from pybox._core.receipt import Receipt
 from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import InputFile, RunRequest
 from pybox._orchestration.lifecycle import RunOutcome
-from pybox._orchestration.outputs import discard, stage_destination
+from pybox._orchestration.outputs import discard, stage_destination, stage_private
 from pybox._orchestration.repair import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 
@@ -266,7 +265,8 @@ class Client:
             staged = stage_destination(destination)
             staging, swept = staged.staging, staged.swept
         elif request.collect_outputs:
-            staging = Path(tempfile.mkdtemp(prefix="pybox-outputs-"))
+            staged = stage_private()
+            staging, swept = staged.staging, staged.swept
         else:
             staging = None
         try:

@@ -124,7 +124,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     )
     check_images(options.images, session.state.images(), str(session.state.root))
     options = _fit_machine(session, options)
-    dispatcher = build_dispatcher(session, options, registry_from_args(session, args))
+    dispatcher = build_dispatcher(session, options, registry_from_args(session, args, log))
     try:
         _warm_up(session)
         if args.http is not None:

@@ -16,7 +16,6 @@ import argparse
 import os
 import secrets
 import shutil
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -28,6 +27,7 @@ from pybox._core.errors import ConfigError, LimitExceeded, PyboxError
 from pybox._core.limits import MIB, Limits
 from pybox._core.request import RunRequest
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
+from pybox._orchestration.outputs import stage_private
 from pybox._orchestration.session import Session
 
 KEEP_FINISHED_RUNS = 50
@@ -75,8 +75,10 @@ class RunRegistry:
         *,
         keep_files_bytes: int = DEFAULT_KEEP_FILES_BYTES,
         read_max_bytes: int = DEFAULT_READ_MAX_BYTES,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self._session = session
+        self._log = log
         self.keep_finished = keep_finished
         self.keep_files_bytes = keep_files_bytes
         self.read_max_bytes = read_max_bytes
@@ -120,7 +122,12 @@ class RunRegistry:
 
     def _new_files_dir(self, run_id: str) -> Path:
         if self._files_root is None:
-            self._files_root = Path(tempfile.mkdtemp(prefix="pybox-mcp-files-"))
+            # Named after this server: one killed with files kept is swept by the next.
+            staged = stage_private()
+            self._files_root = staged.staging
+            for stale in staged.swept:
+                if self._log is not None:
+                    self._log(f"removed {stale}: returned files of a pybox that was killed")
         path = self._files_root / run_id
         path.mkdir()
         return path
@@ -235,7 +242,9 @@ def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def registry_from_args(session: Session, args: argparse.Namespace) -> RunRegistry:
+def registry_from_args(
+    session: Session, args: argparse.Namespace, log: Callable[[str], None] | None = None
+) -> RunRegistry:
     if args.keep_files_mib < 0:
         raise ConfigError(f"--keep-files-mib must be 0 or more, not {args.keep_files_mib}.")
     if args.max_read_mib < 1:
@@ -244,4 +253,5 @@ def registry_from_args(session: Session, args: argparse.Namespace) -> RunRegistr
         session,
         keep_files_bytes=args.keep_files_mib * MIB,
         read_max_bytes=args.max_read_mib * MIB,
+        log=log,
     )
