@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pybox._adapters.host import current_owner, owner_alive
+from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.state import StateStore, default_state_dir
 from pybox._core.errors import PyboxError
 from pybox._core.limits import Policy

@@ -372,7 +372,7 @@ def test_io_uring_and_the_denied_calls_fail_with_eperm_under_pybox_s_profile(
     from pybox._core.limits import Policy
     from pybox._core.seccomp import ENGINE_APPARMOR_PROFILE, profile_sha256
     from pybox._engine import DockerEngine
-    from pybox._orchestration.verify_judges import case_source
+    from pybox._features.verify.judges import case_source
 
     # An engine connection of this test's own, whose inspect answers are kept:
     # the first one is the read-back of the run's box before start.
@@ -425,7 +425,7 @@ def test_a_box_without_pybox_s_profile_is_refused_before_start(
 ) -> None:
     from pybox._adapters.state import StateStore
     from pybox._core.limits import Policy
-    from pybox._orchestration.verify_posture import WEAKENINGS, WeakenedCreateEngine
+    from pybox._features.verify.posture_case import WEAKENINGS, WeakenedCreateEngine
 
     (weakening,) = [w for w in WEAKENINGS if w.how == how]
     hook = WeakenedCreateEngine(engine, str(tmp_path))

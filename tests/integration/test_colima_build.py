@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench.fake_colima import install_fake_colima
 
-from pybox._adapters.host import apt_sources, base_mirror, os_codename
+from pybox._adapters.host_facts import apt_sources, base_mirror, os_codename
 from pybox._adapters.state import StateStore
 from pybox._engine import Engine
 from tests.integration.conftest import run_cli

@@ -212,7 +212,7 @@ def test_a_tampered_lock_fails_the_build_naming_the_package(
 def test_a_build_box_without_pybox_s_profile_is_refused_before_start(
     engine: Engine, private_state: Path, tmp_path: Path
 ) -> None:
-    from pybox._orchestration.verify_posture import WEAKENINGS, WeakenedCreateEngine
+    from pybox._features.verify.posture_case import WEAKENINGS, WeakenedCreateEngine
 
     (weakening,) = [w for w in WEAKENINGS if w.how == "seccomp unconfined"]
     hook = WeakenedCreateEngine(engine, str(tmp_path))

@@ -74,6 +74,9 @@ def test_start_run_then_get_result_reads_files_by_plain_name(
     assert done["receipt"]["observed_by_engine"]["removal_confirmed"] is True
     assert engine.inspect_container(done["receipt"]["observed_by_engine"]["container_id"]) is None
     assert alias["receipt"] == done["receipt"]  # get_run: the same result
+    # One run id: the handle start_run gave is the receipt's, and the resources'.
+    assert done["run_id"] == started["run_id"] == done["receipt"]["run_id"]
+    assert done["resource_uri"] == f"pybox://runs/{started['run_id']}"
 
 
 def test_run_python_timed_out_result(state_dir: Path) -> None:
@@ -91,3 +94,4 @@ def test_run_python_timed_out_result(state_dir: Path) -> None:
     assert late["status"] == "timed_out" and late["timed_out"] is True
     assert late["success"] is False and late["exit_code"] is None
     assert late["limits"]["timeout_s"] == 1.5
+    assert late["receipt"]["run_id"] == late["run_id"]

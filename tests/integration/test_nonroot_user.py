@@ -23,7 +23,7 @@ import pytest
 
 from pybox._adapters.state import StateStore
 from pybox._engine import Engine
-from pybox._orchestration.images import plan_stdlib
+from pybox._features.images.records import plan_stdlib
 
 USER = os.environ.get("PYBOX_TEST_USER", "")
 USER_PYBOX = os.environ.get("PYBOX_TEST_USER_PYBOX", "")

@@ -111,7 +111,7 @@ def _dead_owner() -> str:
         [
             sys.executable,
             "-c",
-            "from pybox._adapters.host import current_owner; print(current_owner())",
+            "from pybox._adapters.host_facts import current_owner; print(current_owner())",
         ],
         capture_output=True,
         check=True,

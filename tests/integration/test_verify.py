@@ -9,7 +9,7 @@ import jsonschema
 
 from pybox._core.posture import LABEL_RUN_ID
 from pybox._engine import Engine
-from pybox._orchestration.verify import CASES
+from pybox._features.verify.suite import CASES
 from tests.integration.conftest import run_cli
 
 SCHEMA = json.loads(

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import queue
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from pybox._frontends.mcp import ServerOptions, build_dispatcher
 from pybox._frontends.mcp._dispatcher import Connection, Dispatcher
 from pybox._frontends.mcp._protocol import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION
+from pybox._frontends.mcp._toolbox import Tool
+from pybox._frontends.mcp._tools import TOOLS
 from pybox._orchestration.session import Session
 
 MODERN_META = {META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: {}}
@@ -18,8 +21,15 @@ MODERN_META = {META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: {}
 class Peer:
     """One client connection: sends frames, collects everything the server replies."""
 
-    def __init__(self, session: Session, options: ServerOptions | None = None) -> None:
-        self.dispatcher: Dispatcher = build_dispatcher(session, options or ServerOptions())
+    def __init__(
+        self,
+        session: Session,
+        options: ServerOptions | None = None,
+        tools: Iterable[Tool] = TOOLS,
+    ) -> None:
+        self.dispatcher: Dispatcher = build_dispatcher(
+            session, options or ServerOptions(), tools=tools
+        )
         self.conn = Connection()
         self.replies: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.cancelled_count = 0

@@ -19,14 +19,11 @@ from pybox._core.errors import ConfigError, ImageBuildError, ImageError, Invalid
 from pybox._core.pins import parse_pins
 from pybox._core.request import RunRequest
 from pybox._core.seccomp import Confinement
-from pybox._orchestration import builds
-from pybox._orchestration.builds import (
-    BuildResult,
-    build_lock_image,
-    explain_pip_failure,
-    plan_lock_image,
-)
-from pybox._orchestration.images import verify_for_run
+from pybox._features.images import build_box, builds
+from pybox._features.images.builds import BuildResult, build_lock_image
+from pybox._features.images.lock_plans import plan_lock_image
+from pybox._features.images.pip_output import explain_pip_failure
+from pybox._features.images.records import verify_for_run
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.test_posture import apply, weakenings
@@ -244,7 +241,7 @@ def test_pins_are_checked() -> None:
 
 
 def test_pull_and_push_through_the_fake_registry(engine: FakeEngine, state: StateStore) -> None:
-    from pybox._orchestration import registry
+    from pybox._features.images import registry
 
     record = state.image("stdlib")
     assert record is not None
@@ -267,7 +264,7 @@ def test_pull_and_push_through_the_fake_registry(engine: FakeEngine, state: Stat
 
 # -- the build box's posture, read back before start ------------------------------------
 
-BUILD_SPEC = builds.build_box_spec(
+BUILD_SPEC = build_box.build_box_spec(
     "sha256:" + "12" * 32,
     run_id="0123456789abcdef",
     owner="testhost:1:1",
@@ -279,7 +276,7 @@ BUILD_REQUIREMENTS = build_requirements(BUILD_SPEC)
 
 
 def test_the_build_box_body_is_its_table_and_carries_pybox_s_profile() -> None:
-    body = builds.build_box_body(BUILD_SPEC)
+    body = build_box.build_box_body(BUILD_SPEC)
     assert body["HostConfig"]["SecurityOpt"] == [
         "no-new-privileges",
         "seccomp=" + seccomp_profile(),
@@ -298,8 +295,8 @@ def test_the_build_box_body_is_its_table_and_carries_pybox_s_profile() -> None:
 
 def test_a_faithful_engine_passes_the_build_box() -> None:
     engine = FakeEngine()
-    container_id = engine.create_container("b", builds.build_box_body(BUILD_SPEC))
-    report = builds.read_back_build_box(engine, BUILD_SPEC, container_id)
+    container_id = engine.create_container("b", build_box.build_box_body(BUILD_SPEC))
+    report = build_box.read_back_build_box(engine, BUILD_SPEC, container_id)
     assert report.ok and len(report.checked) == len(BUILD_REQUIREMENTS)
 
 
@@ -336,3 +333,18 @@ def test_a_build_box_without_pybox_s_profile_is_refused(
         build(engine, state, lock)
     assert "start" not in [name for name, _ in engine.calls]
     assert engine.containers == {}
+
+
+def test_the_shipped_locks_are_found_inside_the_package_by_default() -> None:
+    """Without PYBOX_LOCKS_DIR the locks are pybox/_locks, wherever the module lives."""
+    from pybox._features.images.lock_plans import locks_dir
+
+    found = locks_dir({})
+    assert found == Path(pybox_package_dir()) / "_locks"
+    assert (found / "pip.lock").is_file()
+
+
+def pybox_package_dir() -> str:
+    import pybox
+
+    return str(Path(pybox.__file__).resolve().parent)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from pybox._features.verify.judges import CaseResult, Fact
 from pybox._frontends.cli import _exec, main
 from pybox._frontends.cli._common import MARK_ON, TERMINAL_RESET, say
 from pybox._frontends.cli._verify import case_line
 from pybox._orchestration.session import Session
-from pybox._orchestration.verify_judges import CaseResult, Fact
 from tests.unit.fake_engine import FakeEngine, Script
 
 FORGED = b"pybox: succeeded, exit 0 in 0.10 s (run 0123456789abcdef)\n"

@@ -16,21 +16,13 @@ import pytest
 from bench.fake_colima import FakeColima, install_fake_colima
 
 from pybox._adapters.cgroups import location_of
-from pybox._adapters.colima import (
-    PROFILE,
-    Colima,
-    HostTool,
-    VMCgroupSampler,
-    find_tool,
-    parse_colima_version,
-    parse_read,
-    read_command,
-    untrusted_reason,
-)
+from pybox._adapters.colima.profile import PROFILE, Colima, parse_colima_version
+from pybox._adapters.colima.sampler import VMCgroupSampler, parse_read, read_command
+from pybox._adapters.colima.tools import HostTool, find_tool, untrusted_reason
 from pybox._adapters.config import load_settings
 from pybox._core.errors import ConfigError, PlatformError
 from pybox._frontends.cli import main
-from pybox._orchestration.platforms import choose_platform
+from pybox._orchestration.hosts import choose_platform
 
 START_ARGV = [
     "start",
@@ -488,7 +480,7 @@ def test_a_long_lived_session_rechecks_the_profile_before_every_box(
     colima_env: Path, fake: FakeColima, home: Path
 ) -> None:
     from pybox._core.errors import VMIsolationError
-    from pybox._orchestration.platforms import open_host
+    from pybox._orchestration.hosts import open_host
 
     assert main(["vm", "start"]) == 0
     host = open_host(load_settings(os.environ), os.environ)

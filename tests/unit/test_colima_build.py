@@ -22,19 +22,20 @@ import pytest
 from bench.fake_colima import FakeColima
 
 from pybox._adapters import rootfs_prepare
-from pybox._adapters.colima import Colima, HostTool
-from pybox._adapters.colima_build import (
+from pybox._adapters.colima.profile import Colima
+from pybox._adapters.colima.rootfs_build import (
     VM_DEBIAN_KEYRING,
     VMRootfsBuilder,
     check_build_source,
     prepare_program,
 )
+from pybox._adapters.colima.tools import HostTool
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, ImageBuildError
 from pybox._core.images import ImageRecord
 from pybox._core.posture import BOX_GID, BOX_UID
+from pybox._features.images.records import build_stdlib, plan_stdlib
 from pybox._frontends.cli import main
-from pybox._orchestration.images import build_stdlib, plan_stdlib
 from tests.unit.fake_engine import FakeEngine
 
 # The Mac-user environment and the fake tools, shared with the other Colima tests.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pybox._adapters.host import (
+from pybox._adapters.host_facts import (
     AptSource,
     _start_ticks,
     apt_sources,

@@ -14,10 +14,11 @@ from pybox._adapters.piptool import PipSettings
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError
 from pybox._core.images import state_mark
+from pybox._features.images import builds
+from pybox._features.images import operations as image_operations
+from pybox._features.images.operations import ImageOperations
+from pybox._features.images.records import remove_replaced
 from pybox._frontends.cli import build_parser
-from pybox._orchestration import builds, image_operations
-from pybox._orchestration.image_operations import ImageOperations
-from pybox._orchestration.images import remove_replaced
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine
 

@@ -16,8 +16,10 @@ from pybox._adapters.piptool import PipSettings
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageBuildError, InvalidRequest
 from pybox._core.locks import parse_lock, wheel_fits, wheel_pythons, wheels_missing
-from pybox._orchestration import builds
-from pybox._orchestration.builds import build_lock_image, plan_lock_image
+from pybox._features.images import builds
+from pybox._features.images.builds import build_lock_image
+from pybox._features.images.lock_plans import plan_lock_image
+from pybox._features.images.pip_output import explain_pip_failure
 from tests.unit.fake_engine import ExecScript, FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,7 +190,7 @@ def test_explain_pip_failure_reads_pips_current_hash_mismatch_report() -> None:
         f"             Got        {C}",
         "",
     ]
-    package, why = builds.explain_pip_failure(lines)
+    package, why = explain_pip_failure(lines)
     assert package == "six==1.17.0"
     assert why == (
         f"the downloaded file's sha256 is {C}, but the lock allows only {'0' * 64} or "

@@ -125,20 +125,19 @@ def test_simultaneous_starts_never_exceed_the_cap(engine: FakeEngine, state: Sta
     engine.script = Script(hang=True)
     session = make_session(engine, state)
     registry = RunRegistry(session)
-    request = RunRequest(code=b"")
-    limits = session.resolve(request)
+    prepared = [session.prepare(RunRequest(code=b"")) for _ in range(8)]
     barrier = threading.Barrier(8)
     started: list[Run] = []
     refused: list[LimitExceeded] = []
 
-    def start() -> None:
+    def start(index: int) -> None:
         barrier.wait()
         try:
-            started.append(registry.start(request, limits, max_running=2))
+            started.append(registry.start(prepared[index], max_running=2))
         except LimitExceeded as exc:
             refused.append(exc)
 
-    threads = [threading.Thread(target=start) for _ in range(8)]
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -15,11 +15,11 @@ import jsonschema
 import pytest
 
 from pybox._adapters.state import StateStore
-from pybox._core.errors import EngineUnavailable, InvalidRequest
+from pybox._core.errors import EngineUnavailable, InvalidRequest, PyboxError
 from pybox._core.limits import MIB, LimitRequest, Policy, canonical_limit_keys
 from pybox._core.pool import PoolSettings
 from pybox._core.request import RunRequest
-from pybox._frontends.mcp._tools import parse_run_arguments
+from pybox._frontends.mcp._runargs import run_request
 from pybox._orchestration.session import Session
 from tests.unit.conftest import OWNER, make_session
 from tests.unit.fake_engine import FakeEngine, Script
@@ -99,6 +99,65 @@ def test_get_result_of_a_finished_run_has_the_common_fields(
         "timed_out": False,
     }
     assert done["status"] == "succeeded" and done["receipt"]["run_id"]
+
+
+# -- one run id ------------------------------------------------------------------------------
+
+
+def test_the_receipt_the_registry_and_every_result_use_one_run_id(
+    peer: Peer, engine: FakeEngine
+) -> None:
+    engine.script = Script(stdout=b"ok\n", files=[("out.txt", b"x")])
+    result = peer.call("run_python", {"code": "", "return_files": True})["result"]
+    done = result["structuredContent"]
+    run_id = done["run_id"]
+    assert done["receipt"]["run_id"] == run_id
+    assert [run.run_id for run in peer.dispatcher.toolbox.registry.recent()] == [run_id]
+    assert done["resource_uri"] == f"pybox://runs/{run_id}"
+    assert done["stdout_uri"] == f"pybox://runs/{run_id}/stdout"
+    assert done["files"][0]["uri"] == f"pybox://runs/{run_id}/files/out.txt"
+    text = result["content"][0]["text"]
+    assert text.startswith(f"run_id {run_id}\n") and f"(run {run_id})" in text
+    engine.script = Script(hang=True)
+    started = structured(peer, "start_run", {"code": ""})
+    stopped = structured(peer, "stop_run", {"run_id": started["run_id"]})
+    assert stopped["receipt"]["run_id"] == started["run_id"]
+    listed = peer.request("resources/list")["result"]["resources"]
+    assert {f"pybox://runs/{started['run_id']}", f"pybox://runs/{run_id}"} <= {
+        r["uri"] for r in listed
+    }
+
+
+def test_a_run_is_prepared_once(peer: Peer, engine: FakeEngine, monkeypatch: Any) -> None:
+    session = peer.dispatcher.toolbox.session
+    calls: list[str] = []
+    for name in ("prepare", "resolve"):
+        original = getattr(session, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            calls.append(_name)
+            return _original(*args)
+
+        monkeypatch.setattr(session, name, counted)
+    structured(peer, "run_python", {"code": "", "limits": {"memory_mib": 64}})
+    assert calls == ["prepare", "resolve"]  # the limits resolved once, by prepare
+
+
+def test_a_prepared_run_starts_once(peer: Peer, engine: FakeEngine) -> None:
+    session = peer.dispatcher.toolbox.session
+    registry = peer.dispatcher.toolbox.registry
+    prepared = session.prepare(RunRequest(code=b""))
+    run = registry.start(prepared)
+    with pytest.raises(PyboxError, match="started already"):
+        registry.start(prepared)
+    assert run.wait(10) and run.outcome is not None
+    assert run.outcome.receipt.run_id == prepared.run_id == run.run_id
+
+
+def test_a_limit_above_its_ceiling_registers_no_run(peer: Peer, engine: FakeEngine) -> None:
+    text = error_text(peer, "start_run", {"code": "", "limits": {"memory_mib": 512}})
+    assert "512 MiB" in text and "256 MiB" in text
+    assert peer.dispatcher.toolbox.registry.recent() == [] and not engine.calls
 
 
 def test_run_python_results_carry_the_common_fields(peer: Peer, engine: FakeEngine) -> None:
@@ -235,9 +294,9 @@ def test_canonical_limit_keys_leaves_pybox_keys_and_unknown_keys_alone() -> None
 
 
 def test_env_reaches_the_run_request() -> None:
-    request = parse_run_arguments("run_python", {"code": "", "env": {"MODE": "fast", "N": "3"}})
+    request = run_request("run_python", {"code": "", "env": {"MODE": "fast", "N": "3"}})
     assert request.env == (("MODE", "fast"), ("N", "3"))
-    assert parse_run_arguments("run_python", {"code": ""}).env == ()
+    assert run_request("run_python", {"code": ""}).env == ()
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pybox._adapters.models import ModelProvider
+from pybox._adapters.model_providers import ModelProvider
 from pybox._adapters.state import StateStore
 from pybox._core.errors import (
     ConfigError,
@@ -31,7 +31,7 @@ from pybox._core.repair import (
     RepairReport,
     StopReason,
 )
-from pybox._orchestration.repair import RepairJob, RepairLoop
+from pybox._features.repair.loop import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 from tests.fake_model import scripted
 from tests.unit.conftest import make_session

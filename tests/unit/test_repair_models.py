@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pybox._adapters.models import open_provider, retry_after_s
+from pybox._adapters.model_providers import open_provider, retry_after_s
 from pybox._core.errors import (
     ConfigError,
     InvalidRequest,
@@ -30,7 +30,7 @@ from pybox._core.errors import (
 )
 from pybox._core.limits import LimitRequest
 from pybox._core.repair import Prompt, RepairGoal, RepairModel, StopReason
-from pybox._orchestration.repair import RepairJob, RepairLoop
+from pybox._features.repair.loop import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 from tests.unit.fake_engine import FakeEngine, Script
 

@@ -10,8 +10,8 @@ import pytest
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError
 from pybox._core.images import LABEL_IMAGE
+from pybox._features.images.records import plan_stdlib, sudo_problem
 from pybox._frontends.cli import main
-from pybox._orchestration.images import plan_stdlib, sudo_problem
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine
 
@@ -43,7 +43,7 @@ def test_an_image_recorded_only_in_another_users_state_is_named_not_looped(
     }
     # This machine's recipe is the one the other user built.
     monkeypatch.setattr(
-        "pybox._orchestration.images.plan_stdlib",
+        "pybox._features.images.records.plan_stdlib",
         lambda engine, state: plan_stdlib(engine, state, mirror=MIRROR, suite="bookworm"),
     )
     session = make_session(engine, empty)

@@ -21,11 +21,7 @@ from pybox._adapters.state import StateStore
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, box_user, requirements
 from pybox._core.request import RunRequest
-from pybox._frontends.cli._verify import case_line, verify_json
-from pybox._orchestration.lifecycle import RunOutcome
-from pybox._orchestration.session import Session
-from pybox._orchestration.verify import CASES, Case, Suite, run_posture, run_suite
-from pybox._orchestration.verify_judges import (
+from pybox._features.verify.judges import (
     FLOOD_STDERR_BYTES,
     FLOOD_STDOUT_BYTES,
     CaseResult,
@@ -45,13 +41,17 @@ from pybox._orchestration.verify_judges import (
     judge_secrets,
     judge_timeout_evasion,
 )
-from pybox._orchestration.verify_posture import (
+from pybox._features.verify.posture_case import (
     NOT_HARDENING,
     WEAKENINGS,
     WeakenedCreateEngine,
     Weakening,
     judge_weakened,
 )
+from pybox._features.verify.suite import CASES, Case, Suite, run_posture, run_suite
+from pybox._frontends.cli._verify import case_line, verify_json
+from pybox._orchestration.lifecycle import RunOutcome
+from pybox._orchestration.session import Session
 from tests.unit.conftest import OWNER, make_session
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.test_posture import SPEC
@@ -92,7 +92,7 @@ def judged(judge: Any, outcome: RunOutcome, *args: Any, **kwargs: Any) -> Verdic
 def test_every_case_has_its_program_and_every_program_a_case() -> None:
     shipped = {
         entry.name.removesuffix(".py")
-        for entry in files("pybox").joinpath("_verify_cases").iterdir()
+        for entry in files("pybox._features.verify").joinpath("cases").iterdir()
         if entry.name.endswith(".py")
     }
     assert shipped == {case.name for case in CASES}

@@ -68,6 +68,15 @@ class LimitField:
     integral: bool
     minimum: float
     unit_one: str = ""  # the unit's singular, where it differs
+    # The `pybox exec`/`repair` flag that sets it ("" when only the operator's
+    # configuration does on the command line), and what it sets, for --help.
+    flag: str = ""
+    help: str = ""
+
+    @property
+    def base_unit(self) -> str:
+        """The unit of the base value (`memory_bytes` is in bytes, not MiB)."""
+        return "bytes" if self.attr.endswith("_bytes") else self.unit
 
     def to_user(self, base_value: float) -> float:
         return base_value / self.scale
@@ -95,19 +104,47 @@ class LimitField:
 
 
 LIMIT_FIELDS: tuple[LimitField, ...] = (
-    LimitField("timeout_s", "timeout_s", "wall-clock time", "s", 1, False, 0.1),
-    LimitField("memory_bytes", "memory_mib", "memory", "MiB", MIB, True, 16),
-    LimitField("cpus", "cpus", "CPU", "CPUs", 1, False, 0.01, "CPU"),
-    LimitField("pids", "pids", "processes", "processes", 1, True, 8, "process"),
-    LimitField("open_files", "open_files", "open files", "files", 1, True, 32, "file"),
-    LimitField("writable_bytes", "writable_mib", "writable space per tmpfs", "MiB", MIB, True, 1),
-    LimitField("output_bytes", "output_kib", "output per stream", "KiB", KIB, True, 1),
-    LimitField("output_files", "output_files", "returned files", "files", 1, True, 0, "file"),
     LimitField(
-        "output_files_bytes", "output_files_mib", "returned file bytes", "MiB", MIB, True, 0
+        "timeout_s", "timeout_s", "wall-clock time", "s", 1, False, 0.1,
+        flag="--timeout", help="wall-clock limit in seconds",
     ),
-    LimitField("input_bytes", "input_mib", "code and input bytes", "MiB", MIB, True, 1),
-)
+    LimitField(
+        "memory_bytes", "memory_mib", "memory", "MiB", MIB, True, 16,
+        flag="--memory", help="memory limit in MiB (swap is never allowed)",
+    ),
+    LimitField(
+        "cpus", "cpus", "CPU", "CPUs", 1, False, 0.01, "CPU",
+        flag="--cpus", help="CPU limit, in CPUs (for example 0.5)",
+    ),
+    LimitField(
+        "pids", "pids", "processes", "processes", 1, True, 8, "process",
+        flag="--pids", help="most processes and threads at once",
+    ),
+    LimitField(
+        "open_files", "open_files", "open files", "files", 1, True, 32, "file",
+        flag="--open-files", help="most open files per process",
+    ),
+    LimitField(
+        "writable_bytes", "writable_mib", "writable space per tmpfs", "MiB", MIB, True, 1,
+        flag="--writable", help="size of each writable tmpfs in MiB",
+    ),
+    LimitField(
+        "output_bytes", "output_kib", "output per stream", "KiB", KIB, True, 1,
+        flag="--output-limit", help="output kept per stream in KiB (head and tail)",
+    ),
+    LimitField(
+        "output_files", "output_files", "returned files", "files", 1, True, 0, "file",
+        help="most files the program may return",
+    ),
+    LimitField(
+        "output_files_bytes", "output_files_mib", "returned file bytes", "MiB", MIB, True, 0,
+        help="returned file bytes in total, in MiB",
+    ),
+    LimitField(
+        "input_bytes", "input_mib", "code and input bytes", "MiB", MIB, True, 1,
+        help="code, input files and stdin in MiB",
+    ),
+)  # fmt: skip
 
 FIELDS_BY_KEY: Mapping[str, LimitField] = {f.key: f for f in LIMIT_FIELDS}
 FIELDS_BY_ATTR: Mapping[str, LimitField] = {f.attr: f for f in LIMIT_FIELDS}

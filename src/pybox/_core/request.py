@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from pybox._core.errors import InvalidRequest
-from pybox._core.images import check_image_name
+from pybox._core.images import ImageRecord, check_image_name
 from pybox._core.limits import LimitRequest, Limits
 
 CODE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.py")
@@ -52,6 +52,18 @@ class RunRequest:
     env: tuple[tuple[str, str], ...] = ()
     # What the program reads on stdin (a regular file); empty means end-of-file at once.
     stdin_bytes: bytes = b""
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A request ready to run: its limits resolved once, its image checked, its run id
+    chosen. Made by `Session.prepare`, which creates nothing; every front end passes it
+    to `Session.run`. The receipt (and anything that names the run) uses `run_id`."""
+
+    request: RunRequest
+    limits: Limits
+    image: ImageRecord
+    run_id: str
 
 
 def check_input_name(name: object) -> str:

@@ -2,31 +2,37 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import TypedDict, TypeVar, Unpack
 
 from pybox._core.errors import InvalidRequest
-from pybox._core.limits import LimitRequest
+from pybox._core.limit_surfaces import api_limits_doc, limit_request_from_keywords
+from pybox._core.limits import LIMIT_FIELDS
 from pybox._core.receipt import Receipt
 from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import InputFile, RunRequest
+from pybox._features.repair.loop import RepairJob, RepairLoop
 from pybox._orchestration.lifecycle import RunOutcome
-from pybox._orchestration.outputs import discard, stage_destination, stage_private
-from pybox._orchestration.repair import RepairJob, RepairLoop
 from pybox._orchestration.session import Session
 
 InputLike = InputFile | tuple[str, bytes]
+_F = TypeVar("_F", bound=Callable[..., object])
 GoalLike = RepairGoal | str
 ModelLike = RepairModel | str | Sequence[str]
 
 
 class LimitOptions(TypedDict, total=False):
-    """The per-run box limits a caller may lower (None: the operator's default)."""
+    """The per-run box limits, in base units (None: the operator's default).
+
+    Written out for type checkers; `LIMIT_FIELDS` is the table it must match (a
+    unit test says so), and the table is what parses them at run time.
+    """
 
     timeout_s: float | None
     memory_bytes: int | None
@@ -61,6 +67,33 @@ class RepairOptions(LimitOptions, total=False):
     code_name: str
     image: str
     cancel: threading.Event | None
+
+
+def _limit_keywords(func: _F) -> _F:
+    """Show `**limits` as the table's ten keyword-only parameters, first among the
+    keywords (help(), IDEs; as in `RunOptions`), and list them with their units in
+    the docstring. `Client.run` used to spell the ten out by hand."""
+    signature = inspect.signature(func)
+    params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    at = next((i for i, p in enumerate(params) if p.kind is p.KEYWORD_ONLY), len(params))
+    limits = [
+        inspect.Parameter(
+            f.attr,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=f"{'int' if f.integral else 'float'} | None",
+        )
+        for f in LIMIT_FIELDS
+    ]
+    func.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*params[:at], *limits, *params[at:]]
+    )
+    func.__doc__ = (
+        f"{(func.__doc__ or '').rstrip()}\n\n"
+        "        Per-run limits (keywords; None or left out: the operator's default):\n\n"
+        f"{api_limits_doc(indent='        ')}\n"
+    )
+    return func
 
 
 @dataclass(frozen=True)
@@ -188,24 +221,15 @@ class Client:
         other limits, image or code name keep their own boxes once seen.
         """
         request = RunRequest(
-            code=b"", code_name=code_name, image=image, limits=LimitRequest(**limits)
+            code=b"", code_name=code_name, image=image, limits=limit_request_from_keywords(limits)
         )
         return self._session.warm_up(request, wait_s=wait_s)
 
+    @_limit_keywords
     def run(
         self,
         code: str | bytes,
         *,
-        timeout_s: float | None = None,
-        memory_bytes: int | None = None,
-        cpus: float | None = None,
-        pids: int | None = None,
-        open_files: int | None = None,
-        writable_bytes: int | None = None,
-        output_bytes: int | None = None,
-        output_files: int | None = None,
-        output_files_bytes: int | None = None,
-        input_bytes: int | None = None,
         inputs: Iterable[InputLike] = (),
         argv: Sequence[str] = (),
         stdin: str | bytes | None = None,
@@ -215,6 +239,7 @@ class Client:
         image: str = "stdlib",
         code_name: str = "main.py",
         cancel: threading.Event | None = None,
+        **limits: Unpack[LimitOptions],
     ) -> RunResult:
         """Run `code` in a fresh sealed box and return its output and receipt.
 
@@ -239,18 +264,7 @@ class Client:
             code=code,
             code_name=code_name,
             inputs=_inputs(inputs),
-            limits=LimitRequest(
-                timeout_s=timeout_s,
-                memory_bytes=memory_bytes,
-                cpus=cpus,
-                pids=pids,
-                open_files=open_files,
-                writable_bytes=writable_bytes,
-                output_bytes=output_bytes,
-                output_files=output_files,
-                output_files_bytes=output_files_bytes,
-                input_bytes=input_bytes,
-            ),
+            limits=limit_request_from_keywords(limits),
             image=image,
             collect_outputs=collect_outputs or output_dir is not None,
             argv=tuple(argv),
@@ -258,33 +272,27 @@ class Client:
             stdin_bytes=b"" if stdin is None else stdin,
         )
         session = self._session
-        session.resolve(request)  # refuse before touching the file system
+        prepared = session.prepare(request)  # refused before the file system is touched
         destination = Path(output_dir) if output_dir is not None else None
-        swept: tuple[Path, ...] = ()
-        if destination is not None:
-            staged = stage_destination(destination)
-            staging, swept = staged.staging, staged.swept
-        elif request.collect_outputs:
-            staged = stage_private()
-            staging, swept = staged.staging, staged.swept
-        else:
-            staging = None
+        staging = session.stage_outputs(prepared, destination)
+        swept = staging.swept if staging is not None else ()
         try:
-            outcome = session.run(request, files_dir=staging, cancel=cancel)
+            files_dir = staging.files_dir if staging is not None else None
+            outcome = session.run(prepared, files_dir=files_dir, cancel=cancel)
             files: tuple[OutputFile, ...] = ()
             if staging is not None:
                 files = tuple(
-                    OutputFile(f.path, (staging / f.path).read_bytes(), f.sha256)
-                    for f in outcome.output_files
+                    OutputFile(f.path, data, f.sha256)
+                    for f, data in staging.read(outcome.output_files)
                 )
         except BaseException:
             if staging is not None:
-                discard(staging)
+                staging.discard()
             raise
-        if destination is not None and staging is not None:
-            session.publish_outputs(staging, destination)
+        if staging is not None and staging.destination is not None:
+            staging.publish()
         elif staging is not None:
-            discard(staging)
+            staging.discard()
         return _result(outcome, files, destination, swept)
 
     def repair(
@@ -311,19 +319,14 @@ class Client:
         """
         if isinstance(code, str):
             code = code.encode("utf-8")
-        unknown = sorted(set(run_limits) - set(LimitOptions.__annotations__))
-        if unknown:
-            raise InvalidRequest(
-                f"Unknown option(s) {', '.join(unknown)}. Per-run limits are: "
-                f"{', '.join(LimitOptions.__annotations__)}."
-            )
+        limits = limit_request_from_keywords(run_limits)  # unknown keywords first
         job = RepairJob(
             code=code,
             goal=_goal(goal),
             model=model if isinstance(model, RepairModel) else RepairModel.command(model),
             code_name=code_name,
             budget=budget or RepairBudget(),
-            run_limits=LimitRequest(**run_limits),
+            run_limits=limits,
             image=image,
         )
         return RepairLoop(self._session, job, self._environ).run(cancel)

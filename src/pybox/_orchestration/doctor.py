@@ -18,7 +18,7 @@ from typing import Any
 from pybox._adapters.cgroups import cgroup_version
 from pybox._adapters.config import load_settings
 from pybox._adapters.confinement import host_apparmor, seccomp_profile
-from pybox._adapters.host import owner_alive
+from pybox._adapters.host_facts import owner_alive
 from pybox._adapters.state import StateStore
 from pybox._core.display import plural
 from pybox._core.errors import ConfigError, PyboxError
@@ -31,9 +31,9 @@ from pybox._core.seccomp import (
     profile_sha256,
 )
 from pybox._engine import DockerEngine, Engine, EngineEndpoint, JSONObject, find_endpoint
-from pybox._orchestration.images import check_images, other_users_image_hint
-from pybox._orchestration.platforms import NO_TOOL_PATHS, ToolPaths, make_colima, open_host
-from pybox._orchestration.vm import colima_state_dict, vm_state
+from pybox._features.images.records import check_images, other_users_image_hint
+from pybox._features.vm.control import colima_state_dict, vm_state
+from pybox._orchestration.hosts import NO_TOOL_PATHS, ToolPaths, make_colima, open_host
 from pybox._version import __version__
 
 DOCTOR_VERSION = 1  # fields are only ever added within a version

@@ -218,6 +218,8 @@ class BoxRun:
         cancel: threading.Event | None,
         leftovers_swept: int,
         warm: WarmBox | None = None,
+        *,
+        run_id: str,
     ) -> None:
         self.context = context
         self.engine = context.engine
@@ -235,10 +237,12 @@ class BoxRun:
                 image,
                 limits,
                 request.code_name,
-                run_id=new_run_id(),
+                run_id=run_id,
                 expires_at=int(time.time() + limits.timeout_s + EXPIRY_MARGIN_S),
             )
-        self.run_id = self.spec.run_id
+        # The caller's id names the run (receipt); a warm box keeps its own in its
+        # name, labels and attempt record, which were made before this run existed.
+        self.run_id = run_id
         self.started_at = iso_now()
         self.t0 = time.monotonic()
         self.marks: dict[str, float] = {}
@@ -289,9 +293,9 @@ class BoxRun:
 
     def execute(self) -> RunOutcome:
         self.context.state.record_attempt(
-            self.run_id,
+            self.spec.run_id,
             {
-                "run_id": self.run_id,
+                "run_id": self.spec.run_id,
                 "owner": self.context.owner,
                 "container_name": self.spec.name,
                 "created_at": self.started_at,
@@ -317,7 +321,7 @@ class BoxRun:
             self._close_observers()
             self._remove()
             if self.removal_confirmed:
-                self.context.state.finish_attempt(self.run_id)
+                self.context.state.finish_attempt(self.spec.run_id)
         if interrupted:
             raise RunInterrupted(self._outcome())
         return self._outcome()

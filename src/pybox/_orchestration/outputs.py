@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pybox._adapters.host import current_owner, owner_alive
+from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.receipt import ReturnedFileDigest, SkippedFile
 from pybox._core.wire import MAX_SKIPPED_LISTED, ProtocolError

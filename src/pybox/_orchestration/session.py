@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
-from pybox._adapters.colima_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
+from pybox._adapters.colima.rootfs_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
-from pybox._adapters.host import current_owner, owner_alive
+from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError, LimitExceeded, PyboxError
@@ -25,15 +25,12 @@ from pybox._core.limits import Limits, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
-from pybox._core.request import RunRequest, check_request
+from pybox._core.request import PreparedRun, RunRequest, check_request
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
-from pybox._inbox import bootstrap_source
-from pybox._orchestration.builds import lock_changed
-from pybox._orchestration.cleanup import SweepReport, sweep
-from pybox._orchestration.doctor import engine_facts, leftover_boxes
-from pybox._orchestration.image_operations import ImageOperations
-from pybox._orchestration.images import (
+from pybox._features.images.lock_plans import lock_changed
+from pybox._features.images.operations import ImageOperations
+from pybox._features.images.records import (
     BuildPlan,
     ImageStatus,
     build_stdlib,
@@ -42,11 +39,21 @@ from pybox._orchestration.images import (
     plan_stdlib,
     verify_for_run,
 )
-from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S, BoxContext, BoxRun, RunOutcome
-from pybox._orchestration.outputs import FileMarker, publish
-from pybox._orchestration.platforms import Host, open_host
+from pybox._features.vm.setup import vm_build_source
+from pybox._inbox import bootstrap_source
+from pybox._orchestration.cleanup import SweepReport, sweep
+from pybox._orchestration.doctor import engine_facts, leftover_boxes
+from pybox._orchestration.hosts import Host, open_host
+from pybox._orchestration.lifecycle import (
+    SAMPLE_INTERVAL_S,
+    BoxContext,
+    BoxRun,
+    RunOutcome,
+    new_run_id,
+)
+from pybox._orchestration.outputs import FileMarker
 from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
-from pybox._orchestration.vm import vm_build_source
+from pybox._orchestration.staging import OutputStaging, stage_outputs
 from pybox._version import __version__
 
 
@@ -126,6 +133,15 @@ class Session:
         )
 
     @property
+    def state_dir(self) -> Path:
+        """The folder holding pybox's state (image records, attempts)."""
+        return self.state.root
+
+    def recorded_images(self) -> dict[str, ImageRecord]:
+        """The recorded images by name, as values: front ends never hold the store."""
+        return self.state.images()
+
+    @property
     def engine(self) -> Engine:
         with self._lock:
             if self._engine is None:
@@ -152,8 +168,20 @@ class Session:
             self._confinement = confinement(self.engine.info(), local_host=not self.in_vm)
         return self._confinement
 
+    def prepare(self, request: RunRequest) -> PreparedRun:
+        """`request` made ready to run, or a clear refusal; creates nothing.
+
+        The limits are resolved here, once, and the request checked against them
+        before the engine is touched; then the image is checked against the engine
+        (an unreachable engine is an error) and the run gets its one id.
+        """
+        limits = self.resolve(request)
+        image = self.verified_image(request.image)
+        return PreparedRun(request=request, limits=limits, image=image, run_id=new_run_id())
+
     def resolve(self, request: RunRequest) -> Limits:
-        """Effective limits for a request, or a clear refusal. Creates nothing."""
+        """Effective limits for a request, or a clear refusal. Creates nothing.
+        (Part of `prepare`; runs take a PreparedRun.)"""
         limits = self.policy.resolve(request.limits)
         check_request(request, limits, allow_credential_env=self.policy.allow_credential_env)
         if limits.cpus > 1:
@@ -271,20 +299,36 @@ class Session:
                 self._swept = len(self.sweep().removed)
             return self._swept
 
-    def publish_outputs(self, staging: Path, destination: Path) -> Path:
-        """Returned files into `destination` at once (quarantined on macOS)."""
-        return publish(staging, destination, self._output_marker)
+    def stage_outputs(
+        self,
+        prepared: PreparedRun,
+        destination: Path | None = None,
+        *,
+        keep_under: Path | None = None,
+    ) -> OutputStaging | None:
+        """Where `prepared`'s returned files land (None when it returns none): beside
+        `destination` to publish there at once (quarantined on macOS), in
+        `keep_under/<run id>` to keep, else a temporary directory. Every front end
+        stages this way; call it after `prepare`, before `run`."""
+        return stage_outputs(
+            prepared, destination, keep_under=keep_under, marker=self._output_marker
+        )
 
     def run(
         self,
-        request: RunRequest,
+        prepared: PreparedRun | RunRequest,
         *,
         files_dir: Path | None = None,
         cancel: threading.Event | None = None,
     ) -> RunOutcome:
-        """Run `request` in a fresh box. A failing program is data in the receipt."""
-        limits = self.resolve(request)
-        image = self.verified_image(request.image)
+        """Run a prepared request in a fresh box. A failing program is data in the receipt.
+
+        Front ends `prepare` first (to refuse before they stage anything) and pass
+        the PreparedRun; a bare RunRequest (tests, scripts) is prepared here.
+        """
+        if isinstance(prepared, RunRequest):
+            prepared = self.prepare(prepared)
+        request, limits, image = prepared.request, prepared.limits, prepared.image
         swept = self._sweep_once()  # connects (and on macOS verifies the VM) first
         if self.host is not None:
             self.host.check_before_run()
@@ -292,7 +336,17 @@ class Session:
         if self._pool is not None:
             key = PoolKey.of(image, limits, request.code_name)
             warm = self._pool.take(key)
-        run = BoxRun(self._context(), request, limits, image, files_dir, cancel, swept, warm)
+        run = BoxRun(
+            self._context(),
+            request,
+            limits,
+            image,
+            files_dir,
+            cancel,
+            swept,
+            warm,
+            run_id=prepared.run_id,
+        )
         try:
             return run.execute()
         finally:
@@ -307,10 +361,8 @@ class Session:
         """
         if self._pool is None:
             return False
-        request = request or RunRequest(code=b"")
-        key = PoolKey.of(
-            self.verified_image(request.image), self.resolve(request), request.code_name
-        )
+        prepared = self.prepare(request or RunRequest(code=b""))
+        key = PoolKey.of(prepared.image, prepared.limits, prepared.request.code_name)
         self._sweep_once()
         if wait_s > 0:
             return self._pool.wait_ready(key, wait_s)

@@ -18,7 +18,7 @@ from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
 from pybox._core.limits import BUILTIN_DEFAULTS, FIELDS_BY_KEY, LimitField, parse_user_value
 from pybox._core.receipt import Receipt, Status
 from pybox._core.repair import REPAIR_DEFAULTS, REPAIR_FIELDS_BY_KEY
-from pybox._orchestration.platforms import ToolPaths
+from pybox._orchestration.hosts import ToolPaths
 from pybox._orchestration.session import Session
 
 EXIT_TIMED_OUT = 124

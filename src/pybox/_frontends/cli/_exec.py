@@ -12,6 +12,7 @@ from typing import Any
 
 from pybox._core.display import plural
 from pybox._core.errors import InvalidRequest, PyboxError
+from pybox._core.limit_surfaces import cli_limit_fields
 from pybox._core.limits import FIELDS_BY_KEY, LimitRequest
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
 from pybox._frontends.cli._common import (
@@ -30,20 +31,11 @@ from pybox._frontends.cli._common import (
     write_program_output,
 )
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
-from pybox._orchestration.outputs import discard, stage_destination
 
 EXEC_JSON_VERSION = 1
 
-# CLI flag -> configuration key (user units); one table for all limit flags.
-LIMIT_FLAGS: dict[str, tuple[str, str]] = {
-    "--timeout": ("timeout_s", "wall-clock limit in seconds"),
-    "--memory": ("memory_mib", "memory limit in MiB (swap is never allowed)"),
-    "--cpus": ("cpus", "CPU limit, in CPUs (for example 0.5)"),
-    "--pids": ("pids", "most processes and threads at once"),
-    "--open-files": ("open_files", "most open files per process"),
-    "--writable": ("writable_mib", "size of each writable tmpfs in MiB"),
-    "--output-limit": ("output_kib", "output kept per stream in KiB (head and tail)"),
-}
+# CLI flag -> (configuration key, help), generated from the one limit table.
+LIMIT_FLAGS: dict[str, tuple[str, str]] = {f.flag: (f.key, f.help) for f in cli_limit_fields()}
 
 
 def add_limit_flags(parser: argparse.ArgumentParser) -> None:
@@ -112,41 +104,40 @@ def cmd_exec(args: argparse.Namespace) -> int:
     try:
         request = _exec_request(args)
         session = open_session(args)
-        session.resolve(request)  # a bad request is refused before the engine is touched
+        # A bad request is refused before the engine is touched; nothing is staged yet.
+        prepared = session.prepare(request)
         destination = Path(args.output).absolute() if args.output is not None else None
-        staging = None
-        if destination is not None:
-            staged = stage_destination(destination)
-            staging = staged.staging
-            for stale in staged.swept:
-                say(f"pybox: removed {stale}: partial files of a pybox that was killed")
+        staging = session.stage_outputs(prepared, destination)
+        for stale in staging.swept if staging is not None else ():
+            say(f"pybox: removed {stale}: partial files of a pybox that was killed")
     except PyboxError as exc:
         if args.json:
             say(_json_error(exc), sys.stdout)
         raise
     interrupted = False
+    files_dir = staging.files_dir if staging is not None else None
     try:
-        outcome = session.run(request, files_dir=staging)
+        outcome = session.run(prepared, files_dir=files_dir)
     except RunInterrupted as stop:
         # Ctrl-C or SIGTERM: the box is gone; show what the run produced so far.
         outcome, interrupted = stop.outcome, True
     except PyboxError as exc:
         if staging is not None:
-            discard(staging)
+            staging.discard()
         if args.json:
             say(_json_error(exc), sys.stdout)
         raise
     except BaseException:
         if staging is not None:
-            discard(staging)
+            staging.discard()
         raise
     publish_error: PyboxError | None = None
-    if destination is not None and staging is not None:
+    if staging is not None:
         try:
-            session.publish_outputs(staging, destination)
+            staging.publish()
         except PyboxError as exc:
             # Nothing is lost: the files stay in the staging directory, which is reported.
-            publish_error, destination = exc, staging
+            publish_error, destination = exc, staging.files_dir
     notes = [] if publish_error is None else [f"pybox: {publish_error}"]
     _print_outcome(args, outcome, destination, notes)
     if publish_error is not None:

@@ -12,6 +12,9 @@ from pybox._core.errors import EngineError, InvalidRequest, PyboxError
 from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
+from pybox._features.images.records import BuildPlan, stdlib_build_access, sudo_problem
+from pybox._features.vm.control import colima_of, size_of, start_vm, stop_vm
+from pybox._features.vm.setup import plan_colima_vm, plan_vm_image, vm_build_source
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     ArgumentParser,
@@ -24,17 +27,7 @@ from pybox._frontends.cli._common import (
     tool_paths,
 )
 from pybox._orchestration.doctor import READY_COMMAND, engine_problem_step
-from pybox._orchestration.images import BuildPlan, stdlib_build_access, sudo_problem
 from pybox._orchestration.session import Session
-from pybox._orchestration.vm import (
-    colima_of,
-    plan_colima_vm,
-    plan_vm_image,
-    size_of,
-    start_vm,
-    stop_vm,
-    vm_build_source,
-)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -58,7 +51,7 @@ def _setup_local(args: argparse.Namespace, session: Session) -> int:
         plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
         _report_image(plan, args.yes)
     build_ok = plan is not None and plan.up_to_date and not args.force
-    sudo = None if build_ok else sudo_problem(os.environ, str(session.state.root))
+    sudo = None if build_ok else sudo_problem(os.environ, str(session.state_dir))
     if sudo is not None:
         say(f"  PROBLEM: {sudo}")
     if not build_ok:
@@ -166,7 +159,7 @@ def _report_boxes(session: Session) -> None:
 
 
 def _report_state(session: Session, doing: bool) -> None:
-    root = session.state.root
+    root = session.state_dir
     if root.exists():
         say(f"  state:  {root} (exists)")
     else:
@@ -194,7 +187,8 @@ def _report_image(plan: BuildPlan, doing: bool) -> None:
 
 
 def _check_run(session: Session) -> None:
-    outcome = session.run(RunRequest(code=b"print(6*7)\n", limits=LimitRequest(timeout_s=30.0)))
+    request = RunRequest(code=b"print(6*7)\n", limits=LimitRequest(timeout_s=30.0))
+    outcome = session.run(session.prepare(request))
     receipt = outcome.receipt
     if receipt.status is not Status.SUCCEEDED or outcome.stdout != b"42\n":
         for line in receipt.summary_lines():

@@ -24,6 +24,14 @@ from pybox._core.repair import (
     StopReason,
     sha256_hex,
 )
+from pybox._features.repair.loop import (
+    RepairJob,
+    RepairLoop,
+    fixed_file_candidates,
+    replace_atomically,
+    with_destination,
+    write_new_file,
+)
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_STOPPED,
@@ -38,14 +46,6 @@ from pybox._frontends.cli._common import (
     say,
 )
 from pybox._frontends.cli._exec import add_limit_flags, limit_request
-from pybox._orchestration.repair import (
-    RepairJob,
-    RepairLoop,
-    fixed_file_candidates,
-    replace_atomically,
-    with_destination,
-    write_new_file,
-)
 
 EXIT_GOAL_NOT_MET = 1
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from pybox._core.display import plural
 from pybox._core.errors import PyboxError
+from pybox._features.verify.judges import CaseResult, SuiteResult
+from pybox._features.verify.suite import run_suite
 from pybox._frontends.cli._common import (
     EXIT_STOPPED,
     Commands,
@@ -23,8 +25,6 @@ from pybox._frontends.cli._common import (
     open_session,
     say,
 )
-from pybox._orchestration.verify import run_suite
-from pybox._orchestration.verify_judges import CaseResult, SuiteResult
 from pybox._version import __version__
 
 VERIFY_JSON_VERSION = 1

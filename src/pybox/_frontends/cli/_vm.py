@@ -7,6 +7,15 @@ import json
 import sys
 from typing import Any
 
+from pybox._features.vm.control import (
+    VMState,
+    colima_of,
+    delete_vm,
+    size_of,
+    start_vm,
+    stop_vm,
+    vm_state,
+)
 from pybox._frontends.cli._common import (
     ArgumentParser,
     Commands,
@@ -15,15 +24,6 @@ from pybox._frontends.cli._common import (
     progress,
     say,
     tool_paths,
-)
-from pybox._orchestration.vm import (
-    VMState,
-    colima_of,
-    delete_vm,
-    size_of,
-    start_vm,
-    stop_vm,
-    vm_state,
 )
 
 

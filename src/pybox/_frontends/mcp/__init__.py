@@ -1,10 +1,12 @@
 """`pybox mcp`: the Model Context Protocol server, standard library only.
 
 Layers, as in the MCP python-sdk: transports (`_stdio`, `_http`) carry frames;
-the dispatcher (`_dispatcher`) speaks JSON-RPC and both protocol eras; tools
-and resources (`_tools`, `_resources`) turn calls into runs through the
-orchestration `Session`. `register(commands)` adds `pybox mcp` and
-`pybox config` to the command line (wired in `pybox._main`).
+the dispatcher (`_dispatcher`) speaks JSON-RPC and both protocol eras; the
+toolbox (`_toolbox`) lists, checks and calls the tools declared in `_tools`
+(one module per group: `_runtools`), and the resources (`_resources`) read
+what the runs left, all through the orchestration `Session`.
+`register(commands)` adds `pybox mcp` and `pybox config` to the command line
+(wired in `pybox._main`).
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ import argparse
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from pybox._core.errors import ConfigError, PyboxError
 from pybox._core.images import check_image_name
 from pybox._core.limits import KIB, MIB, parse_user_value
-from pybox._frontends.mcp._clientconfig import (
+from pybox._frontends.mcp._client_config import (
     CLIENTS,
     WHERE,
     carried_environment,
@@ -36,13 +38,16 @@ from pybox._frontends.mcp._http import (
 from pybox._frontends.mcp._runs import RunRegistry, add_registry_arguments, registry_from_args
 from pybox._frontends.mcp._startup import Machine, check_images, machine_fit
 from pybox._frontends.mcp._stdio import StdioServer, claim_stdio
-from pybox._frontends.mcp._tools import (
+from pybox._frontends.mcp._toolbox import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_RUNNING,
     DEFAULT_REPLY_BYTES,
     ServerOptions,
+    Tool,
     Toolbox,
+    tool_groups,
 )
+from pybox._frontends.mcp._tools import TOOL_GROUPS, TOOLS
 from pybox._orchestration.session import Session
 
 __all__ = [
@@ -69,6 +74,11 @@ DEFAULT_FLAGS: dict[str, tuple[str, str]] = {
     "--default-timeout": ("timeout_s", "a run's wall-clock time when it asks for none, in s"),
     "--default-memory": ("memory_mib", "a run's memory when it asks for none, in MiB"),
 }
+
+
+TOOLS_HELP = (
+    f"comma-separated tool groups agents may use, of: {', '.join(TOOL_GROUPS)} (default: all)"
+)
 
 
 def _flag_attr(flag: str) -> str:
@@ -100,6 +110,11 @@ def _images(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
+def _groups(text: str | None) -> tuple[str, ...] | None:
+    """The tool groups `--tools` turns on (None: all of them)."""
+    return None if text is None else tool_groups(text, TOOL_GROUPS)
+
+
 def _positive(flag: str, value: int) -> int:
     if value < 1:
         raise ConfigError(f"{flag} must be at least 1, not {value}.")
@@ -107,12 +122,16 @@ def _positive(flag: str, value: int) -> int:
 
 
 def build_dispatcher(
-    session: Session, options: ServerOptions, registry: RunRegistry | None = None
+    session: Session,
+    options: ServerOptions,
+    registry: RunRegistry | None = None,
+    tools: Iterable[Tool] = TOOLS,
 ) -> Dispatcher:
-    return Dispatcher(Toolbox(session, registry or RunRegistry(session), options))
+    return Dispatcher(Toolbox(session, registry or RunRegistry(session), options, tools))
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    groups = _groups(args.tools)  # before anything is opened: a typo starts nothing
     env = operator_environ(args, os.environ)
     # A server is long-lived: it keeps a warm pool of single-use boxes.
     session = Session.open(env, args.config, warm_pool=True, log=log)
@@ -121,8 +140,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         reply_bytes=_positive("--reply-output", args.reply_output) * KIB,
         max_running=_positive("--max-running", args.max_running),
         max_message_bytes=_positive("--max-message", args.max_message) * MIB,
+        tool_groups=groups,
     )
-    check_images(options.images, session.state.images(), str(session.state.root))
+    check_images(options.images, session.recorded_images(), str(session.state_dir))
     options = _fit_machine(session, options)
     dispatcher = build_dispatcher(session, options, registry_from_args(session, args, log))
     try:
@@ -206,14 +226,17 @@ def _checked_server_args(server_args: Sequence[str]) -> argparse.Namespace:
         )
     operator_environ(parsed, {})  # every ceiling and default flag is a valid number
     _images(parsed.images)
+    _groups(parsed.tools)
     _positive("--reply-output", parsed.reply_output)
     _positive("--max-running", parsed.max_running)
     _positive("--max-message", parsed.max_message)
     return parsed
 
 
-def cmd_config(args: argparse.Namespace) -> int:
+def cmd_client_config(args: argparse.Namespace) -> int:
     server_args = list(args.server_arg or ())
+    if args.tools is not None:
+        server_args.append(f"--tools={args.tools}")
     parsed = _checked_server_args(server_args)
     config_path = args.config
     if config_path is not None:
@@ -225,7 +248,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     # Load the policy the server will load: a broken file or variable is said now,
     # not by a client that cannot start the server.
     session = Session.open(operator_environ(parsed, os.environ), config_path)
-    check_images(_images(parsed.images), session.state.images(), str(session.state.root))
+    check_images(_images(parsed.images), session.recorded_images(), str(session.state_dir))
     text = client_config(args.client, args.format, server_args, carried_environment(os.environ))
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
@@ -258,6 +281,7 @@ def register(commands: Any) -> None:
     mcp.add_argument(
         "--images", metavar="NAMES", help="comma-separated images agents may use (default: all)"
     )
+    mcp.add_argument("--tools", metavar="GROUPS", help=TOOLS_HELP)
     for flag, (_, help_text) in {**CEILING_FLAGS, **DEFAULT_FLAGS}.items():
         mcp.add_argument(flag, metavar="N", help=help_text)
     mcp.add_argument(
@@ -301,10 +325,11 @@ def register(commands: Any) -> None:
         default=argparse.SUPPRESS,
         help="the operator config file the server loads (checked; written as an absolute path)",
     )
+    config.add_argument("--tools", metavar="GROUPS", help=TOOLS_HELP + "; passed to the server")
     config.add_argument(
         "--server-arg",
         action="append",
         metavar="ARG",
         help="an argument for `pybox mcp`, such as --max-memory=256 (repeatable)",
     )
-    config.set_defaults(handler=cmd_config)
+    config.set_defaults(handler=cmd_client_config)

@@ -62,7 +62,7 @@ from pybox._frontends.mcp._resources import (
     static_resources,
     templates,
 )
-from pybox._frontends.mcp._tools import CallContext, Cancelled, Toolbox, text_result
+from pybox._frontends.mcp._toolbox import CallContext, Cancelled, Toolbox, text_result
 from pybox._version import __version__
 
 Reply = Callable[[JSONObject | None], None]

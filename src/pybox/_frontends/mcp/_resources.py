@@ -32,15 +32,10 @@ from pybox._core.posture import (
     TMP_DIR,
     WORK_DIR,
 )
+from pybox._frontends.mcp._present import MAX_GET_WAIT_S, run_structure, run_uri, user_limits
 from pybox._frontends.mcp._protocol import INVALID_PARAMS, JSONObject, RpcError
 from pybox._frontends.mcp._runs import Run
-from pybox._frontends.mcp._tools import (
-    MAX_GET_WAIT_S,
-    Toolbox,
-    run_structure,
-    run_uri,
-    user_limits,
-)
+from pybox._frontends.mcp._toolbox import Toolbox
 from pybox._version import __version__
 
 CAPABILITIES_URI = "pybox://capabilities"
@@ -55,7 +50,7 @@ class ResourceNotFound(Exception):
 def capabilities(toolbox: Toolbox) -> JSONObject:
     session = toolbox.session
     policy = session.policy
-    recorded = session.state.images()
+    recorded = session.recorded_images()
     allowed = toolbox.allowed_images()
     return {
         "pybox_version": __version__,
@@ -110,6 +105,12 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
             "the oldest runs' files are deleted first (their receipts stay). Read files soon "
             "after the run.",
             "read_max_bytes": toolbox.registry.read_max_bytes,
+        },
+        "tool_groups": {
+            "enabled": list(toolbox.groups),
+            "available": list(toolbox.known_groups),
+            "rule": "the operator chooses the groups with `pybox mcp --tools GROUP[,GROUP]`; "
+            "a group that is off has no tools listed and its tools are unknown",
         },
         "tool_results": {
             "output_per_stream_bytes": toolbox.options.reply_bytes,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import shutil
 import threading
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from pybox._core.errors import ConfigError, LimitExceeded, PyboxError
 from pybox._core.limits import MIB, Limits
-from pybox._core.request import RunRequest
+from pybox._core.request import PreparedRun, RunRequest
 from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
 from pybox._orchestration.outputs import stage_private
 from pybox._orchestration.session import Session
@@ -38,11 +37,12 @@ STOP_WAIT_S = 30.0
 
 @dataclass
 class Run:
-    """One run and, once it ended, its outcome (or the error that stopped it)."""
+    """One run and, once it ended, its outcome (or the error that stopped it).
 
-    run_id: str
-    request: RunRequest
-    limits: Limits
+    Its id is the prepared run's, so the registry, the resources, every tool
+    result and the receipt name the run the same way."""
+
+    prepared: PreparedRun
     files_dir: Path | None
     started_at: float = field(default_factory=time.monotonic)
     started_wall: float = field(default_factory=time.time)
@@ -53,6 +53,18 @@ class Run:
     stop_requested: bool = False
     files_bytes: int = 0  # on disk, once finished
     files_evicted: bool = False  # deleted to keep the server's files within budget
+
+    @property
+    def run_id(self) -> str:
+        return self.prepared.run_id
+
+    @property
+    def request(self) -> RunRequest:
+        return self.prepared.request
+
+    @property
+    def limits(self) -> Limits:
+        return self.prepared.limits
 
     @property
     def running(self) -> bool:
@@ -89,13 +101,12 @@ class RunRegistry:
 
     def start(
         self,
-        request: RunRequest,
-        limits: Limits,
+        prepared: PreparedRun,
         on_done: Callable[[Run], None] | None = None,
         *,
         max_running: int | None = None,
     ) -> Run:
-        """Start `request` (already checked by `Session.resolve`) in a new thread.
+        """Start `prepared` (from `Session.prepare`) in a new thread, under its run id.
 
         The cap on runs at once is checked under the same lock that registers
         the run, so simultaneous calls cannot exceed it.
@@ -110,9 +121,13 @@ class RunRegistry:
                     "once. Wait for one (get_result with wait_s) or stop one (stop_run), then "
                     "try again."
                 )
-            run_id = secrets.token_hex(8)
-            files_dir = self._new_files_dir(run_id) if request.collect_outputs else None
-            run = Run(run_id, request, limits, files_dir)
+            run_id = prepared.run_id
+            if run_id in self._runs:
+                raise PyboxError(f"Run {run_id} was started already; prepare a new run.")
+            # The one staging helper every front end uses, keeping the files here.
+            keep_under = self._files_root_dir() if prepared.request.collect_outputs else None
+            staging = self._session.stage_outputs(prepared, keep_under=keep_under)
+            run = Run(prepared, staging.files_dir if staging is not None else None)
             self._runs[run_id] = run
         thread = threading.Thread(
             target=self._execute, args=(run, on_done), name=f"pybox-mcp-run-{run_id}", daemon=True
@@ -120,7 +135,7 @@ class RunRegistry:
         thread.start()
         return run
 
-    def _new_files_dir(self, run_id: str) -> Path:
+    def _files_root_dir(self) -> Path:
         if self._files_root is None:
             # Named after this server: one killed with files kept is swept by the next.
             staged = stage_private()
@@ -128,13 +143,13 @@ class RunRegistry:
             for stale in staged.swept:
                 if self._log is not None:
                     self._log(f"removed {stale}: returned files of a pybox that was killed")
-        path = self._files_root / run_id
-        path.mkdir()
-        return path
+        return self._files_root
 
     def _execute(self, run: Run, on_done: Callable[[Run], None] | None) -> None:
         try:
-            run.outcome = self._session.run(run.request, files_dir=run.files_dir, cancel=run.cancel)
+            run.outcome = self._session.run(
+                run.prepared, files_dir=run.files_dir, cancel=run.cancel
+            )
         except RunInterrupted as stop:
             run.outcome = stop.outcome
         except PyboxError as exc:

@@ -17,16 +17,11 @@ from pathlib import Path
 from typing import Protocol
 
 from pybox._adapters.cgroups import Sampler, SamplerFactory, local_sampler_factory
-from pybox._adapters.colima import (
-    HOMEBREW_BIN_DIRS,
-    PROFILE,
-    Colima,
-    VMSize,
-    find_tool,
-    vm_sampler_factory,
-)
+from pybox._adapters.colima.profile import PROFILE, Colima, VMSize
+from pybox._adapters.colima.sampler import vm_sampler_factory
+from pybox._adapters.colima.tools import HOMEBREW_BIN_DIRS, find_tool
 from pybox._adapters.config import Settings
-from pybox._adapters.host import owner_alive
+from pybox._adapters.host_facts import owner_alive
 from pybox._adapters.quarantine import mark_quarantined
 from pybox._core.errors import InvalidRequest, PlatformError, VMIsolationError
 from pybox._engine import DockerEngine, Engine, find_endpoint

@@ -98,7 +98,7 @@ class Verdict:
 
 def case_source(name: str) -> bytes:
     """The hostile program of a case, exactly as shipped."""
-    return files("pybox").joinpath("_verify_cases", f"{name}.py").read_bytes()
+    return files("pybox._features.verify").joinpath("cases", f"{name}.py").read_bytes()
 
 
 def program_report(stdout: bytes, stderr: bytes, verdict: Verdict) -> dict[str, Any]:

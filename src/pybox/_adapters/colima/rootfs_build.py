@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 
-from pybox._adapters import colima as colima_module
-from pybox._adapters.colima import Colima, last_lines
+from pybox._adapters.colima import profile as colima_module
+from pybox._adapters.colima.profile import Colima, last_lines
 from pybox._adapters.rootfs import (
     CommandRunner,
     PreparedTree,

@@ -1,6 +1,6 @@
 """`pybox verify`: hostile programs against the real engine, each judged on evidence.
 
-Every case runs a hostile program, kept as data in `pybox/_verify_cases/`,
+Every case runs a hostile program, kept as data in `pybox/_features/verify/cases/`,
 through `Session.run` (the path of `pybox exec`) or through a `pybox exec`
 process of its own, and judges it by a precise criterion. What the program
 printed comes from inside the box and is untrusted: where the engine, the
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.cgroups import locate
-from pybox._adapters.host import (
+from pybox._adapters.host_facts import (
     bridge_gateway,
     mount_devices,
     peak_rss_bytes,
@@ -49,10 +49,7 @@ from pybox._core.posture import (
 from pybox._core.receipt import Receipt, Status
 from pybox._core.request import InputFile, RunRequest
 from pybox._engine import Engine, JSONObject
-from pybox._orchestration.cleanup import remove_and_confirm
-from pybox._orchestration.lifecycle import RunOutcome
-from pybox._orchestration.session import Session
-from pybox._orchestration.verify_judges import (
+from pybox._features.verify.judges import (
     CaseResult,
     ListenerReport,
     SuiteResult,
@@ -71,11 +68,14 @@ from pybox._orchestration.verify_judges import (
     judge_secrets,
     judge_timeout_evasion,
 )
-from pybox._orchestration.verify_posture import (
+from pybox._features.verify.posture_case import (
     WEAKENINGS,
     WeakenedCreateEngine,
     judge_weakened,
 )
+from pybox._orchestration.cleanup import remove_and_confirm
+from pybox._orchestration.lifecycle import RunOutcome
+from pybox._orchestration.session import Session
 
 # The limits each case asks for: small, so the suite is quick and the caps are reached.
 MEMORY_BOMB_MEMORY_BYTES = 64 * MIB
@@ -114,9 +114,10 @@ class Suite:
     def run_program(
         self, name: str, verdict: Verdict, limits: LimitRequest, inputs: tuple[InputFile, ...] = ()
     ) -> RunOutcome:
-        outcome = self.session.run(
-            RunRequest(code=case_source(name), code_name=f"{name}.py", inputs=inputs, limits=limits)
+        request = RunRequest(
+            code=case_source(name), code_name=f"{name}.py", inputs=inputs, limits=limits
         )
+        outcome = self.session.run(self.session.prepare(request))
         verdict.run_ids.append(outcome.receipt.run_id)
         return outcome
 
@@ -325,7 +326,8 @@ def run_leftovers(suite: Suite, verdict: Verdict) -> None:
         + ("; its attempt record stayed" if recorded else ""),
     )
     fresh = Session(suite.engine, suite.session.state, suite.session.policy)
-    outcome = fresh.run(RunRequest(code=b"print('the next run')\n", code_name="next_run.py"))
+    next_run = RunRequest(code=b"print('the next run')\n", code_name="next_run.py")
+    outcome = fresh.run(fresh.prepare(next_run))
     verdict.run_ids.append(outcome.receipt.run_id)
     swept = outcome.receipt.observed_by_pybox.leftovers_swept
     verdict.check(outcome.receipt.status is Status.SUCCEEDED, "the next run did not succeed")
@@ -348,7 +350,7 @@ def run_posture(suite: Suite, verdict: Verdict) -> None:
     for weakening in WEAKENINGS:
         hook.reset(weakening)
         try:
-            outcome = weak.run(RunRequest(code=code, code_name="posture.py"))
+            outcome = weak.run(weak.prepare(RunRequest(code=code, code_name="posture.py")))
         except EngineAPIError as exc:
             # Another engine may refuse a weakened create itself: no box, nothing started.
             if verdict.check(not hook.created, f"{weakening.field}: {exc}"):

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pybox._adapters.host import apt_sources, base_mirror, os_codename
+from pybox._adapters.host_facts import apt_sources, base_mirror, os_codename
 from pybox._adapters.rootfs import Progress, RootfsBuilder
 from pybox._adapters.rootfs_unshare import BuildAccess, build_access, local_builder
 from pybox._adapters.state import StateStore

@@ -18,17 +18,16 @@ from pybox._core.errors import ImageError
 from pybox._core.images import ImageRecord, check_image_name
 from pybox._core.pins import ImagePin, check_registry
 from pybox._engine import Engine
-from pybox._orchestration import registry
-from pybox._orchestration.builds import (
-    BuildResult,
+from pybox._features.images import registry
+from pybox._features.images.builds import BuildResult, build_lock_image
+from pybox._features.images.lock_plans import (
     LockBuildPlan,
-    build_lock_image,
     lock_changed,
     plan_lock_image,
     read_lock,
     shipped_lock,
 )
-from pybox._orchestration.images import image_problem, remove_recorded, remove_replaced
+from pybox._features.images.records import image_problem, remove_recorded, remove_replaced
 from pybox._version import __version__
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pybox._adapters.models import ModelProvider, open_provider
+from pybox._adapters.model_providers import ModelProvider, open_provider
 from pybox._core.display import plural
 from pybox._core.errors import (
     InvalidRequest,
@@ -145,7 +145,8 @@ class RepairLoop:
     def _run(self, code: bytes, cancel: threading.Event) -> tuple[RepairRun, RunEvidence]:
         nonce = secrets.token_hex(16)
         try:
-            outcome = self.session.run(self._request(code, nonce), cancel=cancel)
+            prepared = self.session.prepare(self._request(code, nonce))
+            outcome = self.session.run(prepared, cancel=cancel)
         except RunInterrupted as stop:
             outcome = stop.outcome
             cancel.set()

@@ -5,9 +5,7 @@ folders, no port forwarding, and nothing changed in the user's Docker context,
 SSH config or Colima template. This module is the only code that runs `colima`:
 
 - The `colima` and `docker` executables are taken only from trusted places
-  (Homebrew's bin folders or a path given explicitly), never from `$PATH`; the
-  file and every folder above it must be owned by root or the user and not
-  writable by anyone else (but macOS's `admin` group, as Homebrew sets it up).
+  (`tools.py`), never from `$PATH`.
 - Every call is an argument list with a minimal environment: `PATH` holds only
   the tools' own folders and the system's, so nothing on the user's `$PATH`
   runs either; `DOCKER_CONFIG` points at a folder of pybox's own, so the docker
@@ -15,7 +13,8 @@ SSH config or Colima template. This module is the only code that runs `colima`:
 - The VM's settings are read back (`colima status --json`, the profile's
   `colima.yaml` and Lima's `lima.yaml`) and the VM is refused when a host
   folder is mounted or a port can be forwarded.
-- Kernel counters of a box are read inside the VM through `colima ssh`.
+- Kernel counters of a box are read inside the VM through `colima ssh`
+  (`sampler.py`).
 """
 
 from __future__ import annotations
@@ -23,156 +22,28 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import subprocess
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pybox._adapters import simple_yaml
-from pybox._adapters.cgroups import (
-    CGROUP_ROOT,
-    CgroupCounters,
-    CgroupLocation,
-    SamplerFactory,
-    location_of,
-    relative_candidates,
-)
+from pybox._adapters.colima.tools import HostTool
 from pybox._core.errors import PlatformError, VMIsolationError
-from pybox._core.receipt import KernelObserved, Unknown
 from pybox._engine import EngineEndpoint
 
 PROFILE = "pybox"
 MIN_COLIMA_VERSION = (0, 10, 0)  # the first with `--mount none` and `--port-forwarder none`
-HOMEBREW_BIN_DIRS = ("/opt/homebrew/bin", "/usr/local/bin")
-MACOS_ADMIN_GIDS = frozenset({80})
 SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
-INSTALL_COMMAND = "brew install colima docker"
 UPGRADE_COMMAND = "brew upgrade colima"
 COMMAND_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 1800.0  # the first start downloads the VM image
 SSH_TIMEOUT_S = 10.0
-VM_SAMPLE_GAP_S = 0.25  # each read is one `colima ssh` round trip
-# A sample read blocks the run's watch loop, so it gets little time; after one
-# failed read the sampler stops (the receipt says so) rather than stall again.
-VM_SAMPLE_TIMEOUT_S = 2.0
 # The environment variables passed through to `colima`; everything else is dropped.
 PASSED_ENV = ("HOME", "USER", "LOGNAME", "TMPDIR", "LANG", "LC_ALL", "COLIMA_HOME")
-CONTAINER_ID_RE = re.compile(r"[0-9a-f]{64}")
 _VERSION_RE = re.compile(r"colima version v?(\d+)\.(\d+)\.(\d+)")
 _DOCKER_VERSION_RE = re.compile(r"Docker version v?(\d+\.\d+\.\d+)")
-
-
-# -- trusted executables ------------------------------------------------------------
-
-
-def _default_trusted_gids() -> frozenset[int]:
-    # Homebrew makes its folders writable by the `admin` group (gid 80), whose
-    # members can become root anyway; no other group is trusted.
-    return MACOS_ADMIN_GIDS if sys.platform == "darwin" else frozenset()
-
-
-def _writable_by_others(info: os.stat_result, trusted_gids: frozenset[int]) -> bool:
-    if info.st_mode & 0o002:
-        return True
-    return bool(info.st_mode & 0o020) and info.st_gid not in trusted_gids
-
-
-def untrusted_reason(
-    path: str, uid: int | None = None, trusted_gids: frozenset[int] | None = None
-) -> str | None:
-    """Why `path` is not a trusted executable (None: it is).
-
-    Trusted: a regular executable file, and every folder above both the path as
-    given and the file it resolves to, owned by root or this user and writable
-    by no one else: not by others, and by a group only if it is a trusted one
-    (macOS's `admin`). A sticky folder such as /tmp is allowed above: there only
-    an entry's owner can replace it.
-    """
-    me = os.getuid() if uid is None else uid
-    gids = _default_trusted_gids() if trusted_gids is None else trusted_gids
-    if not os.path.isabs(path):
-        return "it is not an absolute path"
-    try:
-        real = os.path.realpath(path, strict=True)
-        info = os.stat(real)
-    except OSError as exc:
-        return f"it cannot be read ({exc.strerror or exc})"
-    if not stat.S_ISREG(info.st_mode):
-        return f"{real} is not a regular file"
-    if info.st_uid not in (0, me):
-        return f"{real} is owned by uid {info.st_uid}, not by root or you"
-    if _writable_by_others(info, gids):
-        return f"{real} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
-    if not info.st_mode & 0o111:
-        return f"{real} is not executable"
-    for folder in _folders_above(os.path.abspath(path)) + _folders_above(real):
-        try:
-            folder_info = os.stat(folder)
-        except OSError as exc:
-            return f"the folder {folder} cannot be read ({exc.strerror or exc})"
-        if folder_info.st_uid not in (0, me):
-            return f"the folder {folder} is owned by uid {folder_info.st_uid}, not by root or you"
-        if _writable_by_others(folder_info, gids) and not folder_info.st_mode & stat.S_ISVTX:
-            mode = stat.S_IMODE(folder_info.st_mode)
-            return f"the folder {folder} is writable by group or others (mode {mode:o})"
-    return None
-
-
-def _folders_above(path: str) -> list[str]:
-    folders: list[str] = []
-    current = os.path.dirname(path)
-    while True:
-        folders.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            return folders
-        current = parent
-
-
-@dataclass(frozen=True)
-class HostTool:
-    name: str
-    path: str
-    found_by: str
-
-
-def find_tool(name: str, explicit: str | None, search_dirs: Sequence[str]) -> HostTool:
-    """`name` from an explicit path, else the first trusted one in `search_dirs`.
-
-    `$PATH` is never searched: a folder on it that someone else can write to
-    would let them choose what pybox runs.
-    """
-    if explicit:
-        reason = untrusted_reason(explicit)
-        if reason is not None:
-            raise PlatformError(
-                f"The {name} executable {explicit} is not trusted: {reason}. Use a {name} "
-                f"installed by Homebrew ({INSTALL_COMMAND}) or fix the ownership and permissions."
-            )
-        return HostTool(name, explicit, "explicit path")
-    refused: list[str] = []
-    for folder in search_dirs:
-        candidate = os.path.join(folder, name)
-        if not os.path.lexists(candidate):
-            continue
-        reason = untrusted_reason(candidate)
-        if reason is None:
-            return HostTool(name, candidate, f"trusted folder {folder}")
-        refused.append(f"{candidate} ({reason})")
-    where = ", ".join(search_dirs)
-    if refused:
-        raise PlatformError(
-            f"Found {name} but not in a trusted state: {'; '.join(refused)}. Fix the ownership "
-            f"and permissions, or reinstall with Homebrew ({INSTALL_COMMAND})."
-        )
-    raise PlatformError(
-        f"{name} was not found in {where} (pybox does not search $PATH). Install it with "
-        f"`{INSTALL_COMMAND}`, or name a trusted executable explicitly."
-    )
 
 
 # -- the VM ---------------------------------------------------------------------------
@@ -525,102 +396,6 @@ class Colima:
         self, command: Sequence[str], *, timeout_s: float = SSH_TIMEOUT_S
     ) -> subprocess.CompletedProcess[str]:
         return self.run(self.ssh_args(command), timeout_s=timeout_s)
-
-
-# -- kernel counters inside the VM -------------------------------------------------------
-
-
-def read_command(paths: Sequence[str]) -> list[str]:
-    """`grep` prints every line of every file prefixed by its path; missing files
-    are skipped (`-s`). Paths come from constants and a checked container ID."""
-    return ["grep", "-H", "-s", "^", *paths]
-
-
-def parse_read(output: str, paths: Sequence[str]) -> dict[str, str]:
-    """`path:line` lines -> path -> text."""
-    found: dict[str, list[str]] = {}
-    known = set(paths)
-    for line in output.splitlines():
-        path, sep, rest = line.partition(":")
-        if sep and path in known:
-            found.setdefault(path, []).append(rest)
-    return {path: "\n".join(lines) + "\n" for path, lines in found.items()}
-
-
-class VMCgroupSampler(CgroupCounters):
-    """Reads a box's cgroup files inside the VM, one `colima ssh` per sample.
-
-    Reads are rationed to one every `VM_SAMPLE_GAP_S` unless forced (as the box
-    starts, as the program ends, before a kill), because each is a round trip.
-    """
-
-    def __init__(self, colima: Colima, location: CgroupLocation, gap_s: float) -> None:
-        super().__init__(location, gap_s)
-        self._colima = colima
-        self._paths = {path: name for name, path in location.files.items()}
-        self._last_read = 0.0
-        self.failure: str | None = None
-
-    def _read_values(self) -> dict[str, str]:
-        self._last_read = time.monotonic()
-        paths = list(self._paths)
-        try:
-            result = self._colima.run_in_vm(read_command(paths), timeout_s=VM_SAMPLE_TIMEOUT_S)
-        except PlatformError as exc:
-            self.failure = str(exc)
-            return {}
-        texts = parse_read(result.stdout, paths)
-        if not texts and result.stderr.strip():
-            # `grep -s` is silent about missing files: a message is from colima or ssh.
-            self.failure = f"`colima ssh` failed (exit {result.returncode}): " + last_lines(
-                result.stderr
-            )
-        return {self._paths[path]: text for path, text in texts.items()}
-
-    def sample(self, *, force: bool = False) -> bool:
-        if not force and not self.gone and time.monotonic() - self._last_read < self.interval_s:
-            return True
-        return super().sample()
-
-    def observation(self) -> tuple[KernelObserved, list[Unknown]]:
-        observed, unknown = super().observation()
-        unknown.append(
-            Unknown(
-                "kernel counters between samples",
-                f"read inside the VM over `colima ssh` about every {self.interval_s:g} s (and as "
-                "the program ends); counters without a kernel peak file are highest samples",
-            )
-        )
-        if self.failure:
-            unknown.append(Unknown("some kernel samples", f"a read failed: {self.failure}"))
-        return observed, unknown
-
-
-def locate_in_vm(colima: Colima, container_id: str) -> CgroupLocation | None:
-    """Find the box's cgroup inside the VM with one read of a probe file per layout."""
-    if not CONTAINER_ID_RE.fullmatch(container_id):
-        raise PlatformError(f"Refusing to look up an unexpected container ID {container_id!r}.")
-    probes: dict[str, tuple[int, str]] = {}
-    for relative in relative_candidates(container_id):
-        probes[f"{CGROUP_ROOT}/{relative}/memory.max"] = (2, relative)
-        probes[f"{CGROUP_ROOT}/memory/{relative}/memory.limit_in_bytes"] = (1, relative)
-    result = colima.run_in_vm(read_command(list(probes)))
-    answered = parse_read(result.stdout, list(probes))
-    for path, (version, relative) in probes.items():
-        if path in answered:
-            return location_of(version, relative, CGROUP_ROOT)
-    return None
-
-
-def vm_sampler_factory(colima: Colima, gap_s: float = VM_SAMPLE_GAP_S) -> SamplerFactory:
-    def factory(container_id: str) -> VMCgroupSampler | None:
-        try:
-            location = locate_in_vm(colima, container_id)
-        except PlatformError:
-            return None  # the run records the kernel counters as unknown
-        return None if location is None else VMCgroupSampler(colima, location, gap_s)
-
-    return factory
 
 
 def last_lines(text: str, count: int = 3) -> str:

@@ -1,0 +1,223 @@
+"""The build box: its spec and posture table read back before start, the inputs put
+into it as an archive, and its steps (each an exec, timed, with the engine's view
+of its networks)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pybox._adapters.rootfs import Progress
+from pybox._core.build_posture import BuildBoxSpec, build_requirements
+from pybox._core.errors import ImageBuildError
+from pybox._core.limits import MIB
+from pybox._core.posture import (
+    DEFAULT_PATH,
+    LABEL_EXPIRES_AT,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_RUN_ID,
+    LABEL_VERSION,
+    PostureReport,
+    body_from,
+    check_requirements,
+)
+from pybox._core.seccomp import Confinement
+from pybox._engine import Engine, JSONObject
+
+BASE_PYTHON = "/usr/bin/python3"
+BUILD_DIR = "/pybox-build"
+BUILD_NETWORK = "bridge"
+BUILD_TIMEOUT_S = 3600
+BUILD_MEMORY_BYTES = 4096 * MIB
+BUILD_TMP_BYTES = 2048 * MIB
+BUILD_PIDS = 1024
+BUILD_BOX_LABELS = (LABEL_MANAGED, LABEL_RUN_ID, LABEL_OWNER, LABEL_EXPIRES_AT, LABEL_VERSION)
+
+
+@dataclass(frozen=True)
+class BoxPython:
+    """The build box's Python, as it reported itself (None: it did not say)."""
+
+    implementation: str
+    version: str
+    tag: str
+    machine: str
+
+    def describe(self) -> str:
+        return f"{self.implementation} {self.version} ({self.tag}) on {self.machine}"
+
+
+def box_python(lines: list[str]) -> BoxPython | None:
+    for line in reversed(lines):
+        try:
+            found = json.loads(line)
+            return BoxPython(
+                str(found["implementation"]),
+                str(found["version"]),
+                str(found["tag"]),
+                str(found["machine"]),
+            )
+        except (ValueError, TypeError, KeyError):
+            continue
+    return None
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """One step of a build, with the networks the engine showed the box on."""
+
+    name: str
+    elapsed_s: float
+    networks: tuple[str, ...]
+
+
+def build_box_spec(
+    image_id: str,
+    *,
+    run_id: str,
+    owner: str,
+    pybox_version: str,
+    cpus: int,
+    confinement: Confinement,
+) -> BuildBoxSpec:
+    return BuildBoxSpec(
+        image_id=image_id,
+        # The box ends itself if pybox never comes back; pybox kills it sooner.
+        entrypoint=(BASE_PYTHON, "-I", "-S", "-c", f"import time; time.sleep({BUILD_TIMEOUT_S})"),
+        env=(f"PATH={DEFAULT_PATH}", "LANG=C.UTF-8", "HOME=/root", "TMPDIR=/tmp"),
+        labels=(
+            (LABEL_MANAGED, "1"),
+            (LABEL_RUN_ID, run_id),
+            (LABEL_OWNER, owner),
+            (LABEL_EXPIRES_AT, str(int(time.time()) + BUILD_TIMEOUT_S)),
+            (LABEL_VERSION, pybox_version),
+        ),
+        # Created on the bridge so it can be attached later; detached before start.
+        network=BUILD_NETWORK,
+        tmpfs=(("/tmp", f"rw,nosuid,nodev,noexec,size={BUILD_TMP_BYTES},mode=1777"),),
+        memory_bytes=BUILD_MEMORY_BYTES,
+        cpus=cpus,
+        pids=BUILD_PIDS,
+        confinement=confinement,
+    )
+
+
+def build_box_body(spec: BuildBoxSpec) -> JSONObject:
+    """The build box's create body, built from its posture table only."""
+    return body_from(build_requirements(spec))
+
+
+def read_back_build_box(engine: Engine, spec: BuildBoxSpec, container_id: str) -> PostureReport:
+    """The build box as the engine made it, checked against its table before start."""
+    inspected = engine.inspect_container(container_id)
+    if inspected is None:
+        raise ImageBuildError("The build box vanished between create and inspect.")
+    report = check_requirements(build_requirements(spec), inspected)
+    if not report.ok:
+        details = "; ".join(m.describe() for m in report.mismatches[:5])
+        raise ImageBuildError(
+            f"The build box was refused before start: {len(report.mismatches)} setting(s) "
+            f"differ from what pybox asked for: {details}. Nothing was built; check the "
+            "engine's configuration (`pybox doctor`)."
+        )
+    return report
+
+
+def build_inputs_tar(files: Mapping[str, bytes]) -> bytes:
+    """A tar holding BUILD_DIR with `files`, owned by root, readable by root only."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        directory = tarfile.TarInfo(BUILD_DIR.lstrip("/"))
+        directory.type = tarfile.DIRTYPE
+        directory.mode = 0o700
+        archive.addfile(directory)
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"{BUILD_DIR.lstrip('/')}/{name}")
+            info.size = len(data)
+            info.mode = 0o600
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class BuildBox:
+    """The build box's steps: each one an exec, timed, with the engine's network view."""
+
+    def __init__(self, engine: Engine, container_id: str, progress: Progress) -> None:
+        self.engine = engine
+        self.container_id = container_id
+        self.progress = progress
+        self.started = time.monotonic()
+        self.steps: list[BuildStep] = []
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def say(self, message: str) -> None:
+        self.progress(f"[{self.elapsed():6.1f}s] {message}")
+
+    def networks(self) -> tuple[str, ...]:
+        found = self.engine.inspect_container(self.container_id) or {}
+        settings = found.get("NetworkSettings") or {}
+        return tuple(sorted((settings.get("Networks") or {}).keys()))
+
+    def step(self, name: str, action: Callable[[], Any]) -> Any:
+        networks = self.networks()
+        shown = ", ".join(networks) if networks else "none"
+        self.say(f"{name} (network: {shown})")
+        began = time.monotonic()
+        result = action()
+        taken = time.monotonic() - began
+        self.steps.append(BuildStep(name, round(taken, 2), networks))
+        self.say(f"{name}: done in {taken:.1f}s")
+        return result
+
+    def run(
+        self,
+        argv: list[str],
+        timeout_s: float,
+        show: Callable[[str], str | None] = lambda line: None,
+    ) -> tuple[int | None, list[str]]:
+        """Run argv in the box as root; its exit code and output lines."""
+        exec_id = self.engine.exec_create(self.container_id, argv, "0:0")
+        stream = self.engine.exec_start(exec_id)
+        lines: list[str] = []
+        pending = b""
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ImageBuildError(
+                        f"A build step did not finish within {timeout_s:g} s: {argv[:3]}."
+                    )
+                chunk = stream.read(min(remaining, 1.0))
+                if chunk is None:
+                    continue
+                source, data = chunk
+                if source == 0:
+                    break
+                pending += data
+                *complete, pending = pending.split(b"\n")
+                for raw in complete:
+                    line = raw.decode("utf-8", "replace").rstrip()
+                    lines.append(line)
+                    shown = show(line)
+                    if shown is not None:
+                        self.say(f"  {shown[:160]}")
+        finally:
+            stream.close()
+        if pending:
+            lines.append(pending.decode("utf-8", "replace").rstrip())
+        code = None
+        for _ in range(50):
+            code = self.engine.exec_exit_code(exec_id)
+            if code is not None:
+                break
+            time.sleep(0.1)
+        return code, lines

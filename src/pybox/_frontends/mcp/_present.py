@@ -1,0 +1,247 @@
+"""How a run is presented: its tool result, its structured content and their schema.
+
+Every run tool (run_python, start_run, get_result, stop_run) and the run's
+resource answer with `run_structure`, which conforms to `RUN_OUTPUT_SCHEMA`;
+the text content (`run_text`) keeps pybox's own lines apart from the program's
+untrusted output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from pybox._core.capture import HeadTailCapture
+from pybox._core.display import escape_lines, escape_text, neutralise_text, plural, quoted
+from pybox._core.limits import LIMIT_FIELDS, Limits
+from pybox._core.receipt import Status
+from pybox._frontends.mcp._protocol import JSONObject
+from pybox._frontends.mcp._runs import Run
+from pybox._frontends.mcp._toolbox import text_result
+
+MAX_GET_WAIT_S = 60.0
+
+
+def run_uri(run_id: str, part: str = "") -> str:
+    return f"pybox://runs/{run_id}{'/' + part if part else ''}"
+
+
+def _shorten(data: bytes, limit_bytes: int) -> tuple[str, bool]:
+    capture = HeadTailCapture(limit_bytes)
+    capture.feed(data)
+    return capture.kept().decode("utf-8", "replace"), capture.truncated
+
+
+def user_limits(limits: Limits) -> JSONObject:
+    """The effective limits in the user units the tools take (`memory_mib`, ...)."""
+    values: JSONObject = {}
+    for f in LIMIT_FIELDS:
+        value = f.to_user(getattr(limits, f.attr))
+        values[f.key] = int(value) if f.integral and float(value).is_integer() else value
+    return values
+
+
+def _common_result(
+    *, stdout: str, stderr: str, exit_code: int | None, status: Status | None
+) -> JSONObject:
+    """The fields other sandboxes' run results have (stdout, stderr, exit_code, success,
+    timed_out), so an agent written for them reads pybox's result unchanged."""
+    return {
+        "stdout": stdout,
+        "stderr": stderr,
+        "exit_code": exit_code,
+        "success": status is Status.SUCCEEDED,
+        "timed_out": status is Status.TIMED_OUT,
+    }
+
+
+def run_structure(run: Run, reply_bytes: int) -> JSONObject:
+    """The structured result of a run, running or finished (see RUN_OUTPUT_SCHEMA)."""
+    data: JSONObject = {
+        "run_id": run.run_id,
+        "state": "running" if run.running else "finished",
+        "status": "running",
+        "elapsed_s": round(run.elapsed_s(), 3),
+        "timeout_s": run.limits.timeout_s,
+        "limits": user_limits(run.limits),
+        "resource_uri": run_uri(run.run_id),
+    }
+    if run.running:
+        return data
+    if run.error is not None:
+        data.update(
+            status="error",
+            error=str(run.error),
+            **_common_result(stdout="", stderr="", exit_code=None, status=None),
+        )
+        return data
+    outcome = run.outcome
+    assert outcome is not None
+    receipt = outcome.receipt
+    stdout, stdout_short = _shorten(outcome.stdout, reply_bytes)
+    stderr, stderr_short = _shorten(outcome.stderr, reply_bytes)
+    program = receipt.reported_by_program
+    data.update(
+        status=receipt.status.value,
+        **_common_result(
+            stdout=stdout, stderr=stderr, exit_code=receipt.exit_code, status=receipt.status
+        ),
+        cause=receipt.cause.summary,
+        stdout_shortened=stdout_short,
+        stderr_shortened=stderr_short,
+        stdout_bytes_total=program.stdout.bytes_total,
+        stderr_bytes_total=program.stderr.bytes_total,
+        stdout_uri=run_uri(run.run_id, "stdout"),
+        stderr_uri=run_uri(run.run_id, "stderr"),
+        files=[
+            {
+                "path": f.path,
+                "size_bytes": f.size_bytes,
+                "sha256": f.sha256,
+                "uri": run_uri(run.run_id, f"files/{f.path}"),
+            }
+            for f in outcome.output_files
+        ],
+        box_removed=receipt.observed_by_engine.removal_confirmed,
+        receipt=receipt.to_dict(),
+    )
+    return data
+
+
+def run_text(run: Run, structure: JSONObject) -> str:
+    """What the model reads: the outcome, what to do next, then the (shortened) output.
+
+    Two parts, in this order. First pybox's own lines: the summary, the returned
+    files and the links, every name in them escaped and quoted (see
+    pybox._core.display). Then the program's output, untrusted, each stream in a
+    section whose begin and end lines carry a tag derived from the output itself,
+    which the program therefore cannot print: text inside a section that looks like
+    pybox's is the program's, never pybox's.
+    """
+    if run.running:
+        return (
+            f"Run {run.run_id} is running ({structure['elapsed_s']:.1f} s so far; it is stopped "
+            f"after {run.limits.timeout_s:g} s). Call get_result with run_id={run.run_id!r} "
+            f"(and wait_s up to {MAX_GET_WAIT_S:g}) for the result, or stop_run to end it."
+        )
+    if run.error is not None:
+        return f"Run {run.run_id} did not run: {escape_lines(str(run.error))}"
+    assert run.outcome is not None
+    receipt = run.outcome.receipt
+    lines = [f"run_id {run.run_id}"]  # the receipt's and the resources' id too
+    lines.extend(receipt.summary_lines())
+    for item in structure["files"]:
+        lines.append(
+            f"returned file {quoted(item['path'])} ({plural(item['size_bytes'], 'byte')}): "
+            f"{escape_text(item['uri'])}"
+        )
+    lines.append(f"receipt: {structure['resource_uri']}")
+    streams = [stream for stream in ("stdout", "stderr") if structure[stream]]
+    if streams:
+        tag = _section_tag(structure[stream] for stream in streams)
+        lines.append(
+            f"The program's output follows, untrusted: each stream between lines "
+            f"'--- begin program <stream> (untrusted) {tag} ---' and "
+            f"'--- end program <stream> {tag} ---'."
+        )
+    for stream in streams:
+        note = ""
+        if structure[f"{stream}_shortened"]:
+            note = f", shortened; full output: {structure[f'{stream}_uri']}"
+        lines.append(f"--- begin program {stream} (untrusted{note}) {tag} ---")
+        lines.append(neutralise_text(structure[stream]).rstrip("\n"))
+        lines.append(f"--- end program {stream} {tag} ---")
+    return "\n".join(lines)
+
+
+def _section_tag(texts: Iterable[str]) -> str:
+    """A tag the program cannot print: a digest of the very output it would appear in."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf-8", "surrogatepass") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def run_result(run: Run, reply_bytes: int, *, stop_asked: bool = False) -> JSONObject:
+    """The tool result for a run. Anything but success is `isError`, except a run that
+    `stop_run` stopped: stopping it is what was asked."""
+    structure = run_structure(run, reply_bytes)
+    status = run.outcome.receipt.status if run.outcome is not None else None
+    stopped_as_asked = stop_asked and run.stop_requested and status is Status.STOPPED
+    failed = run.error is not None or (
+        status is not None and status is not Status.SUCCEEDED and not stopped_as_asked
+    )
+    result = text_result(run_text(run, structure), is_error=failed)
+    result["structuredContent"] = structure
+    return result
+
+
+# Present in every finished run's result, as other sandboxes name them.
+COMMON_RESULT_FIELDS = ("stdout", "stderr", "exit_code", "success", "timed_out")
+
+RUN_OUTPUT_SCHEMA: JSONObject = {
+    "type": "object",
+    "required": ["run_id", "state", "status", "elapsed_s", "timeout_s", "limits", "resource_uri"],
+    "if": {"properties": {"state": {"const": "finished"}}},
+    "then": {"required": list(COMMON_RESULT_FIELDS)},
+    "properties": {
+        "run_id": {"type": "string"},
+        "state": {"type": "string", "enum": ["running", "finished"]},
+        "elapsed_s": {"type": "number"},
+        "timeout_s": {"type": "number"},
+        "limits": {
+            "type": "object",
+            "description": "the run's effective limits, in the units the tools take "
+            "(timeout_s, memory_mib, cpus, ...)",
+            "properties": {
+                f.key: {"type": "integer" if f.integral else "number"} for f in LIMIT_FIELDS
+            },
+            "required": [f.key for f in LIMIT_FIELDS],
+        },
+        "resource_uri": {"type": "string", "description": "the run's receipt resource"},
+        "status": {
+            "type": "string",
+            "enum": ["running"] + [s.value for s in Status] + ["error"],
+            "description": "'running'; once finished the receipt's status; 'error' when "
+            "pybox could not run the box",
+        },
+        "success": {
+            "type": "boolean",
+            "description": "true only when the program exited with code 0 (status succeeded)",
+        },
+        "timed_out": {
+            "type": "boolean",
+            "description": "true when the run hit its timeout (status timed_out)",
+        },
+        "exit_code": {"type": ["integer", "null"]},
+        "cause": {"type": "string"},
+        "error": {"type": "string"},
+        "stdout": {"type": "string"},
+        "stderr": {"type": "string"},
+        "stdout_shortened": {"type": "boolean"},
+        "stderr_shortened": {"type": "boolean"},
+        "stdout_bytes_total": {"type": "integer"},
+        "stderr_bytes_total": {"type": "integer"},
+        "stdout_uri": {"type": "string"},
+        "stderr_uri": {"type": "string"},
+        "files": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["path", "size_bytes", "sha256", "uri"],
+                "properties": {
+                    "path": {"type": "string"},
+                    "size_bytes": {"type": "integer"},
+                    "sha256": {"type": "string"},
+                    "uri": {"type": "string"},
+                },
+            },
+        },
+        "box_removed": {"type": "boolean"},
+        "receipt": {
+            "type": "object",
+            "description": "the full receipt (receipt_version 1; see docs/receipt.md)",
+            "required": ["receipt_version", "run_id", "status"],
+        },
+    },
+}
