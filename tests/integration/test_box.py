@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from pybox._boxes.record import RunOutcome
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import BOX_UID_FIRST
 from pybox._core.receipt import Status
 from pybox._core.request import InputFile, RunRequest
 from pybox._engine import Engine
-from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.session import Session
 from tests.integration.conftest import boxes
 

@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from pybox._core.limits import MIB, LimitRequest
-from pybox._core.posture import LABEL_OWNER, LABEL_RUN_ID
-from pybox._core.receipt import Status
-from pybox._core.request import RunRequest
-from pybox._engine import Engine
-from pybox._orchestration.cleanup import remove_and_confirm
-from pybox._orchestration.lifecycle import (
+from pybox._boxes.cleanup import remove_and_confirm
+from pybox._boxes.spec import (
     box_spec,
     create_box,
     new_run_id,
     read_back_posture,
     refuse_if_weakened,
 )
+from pybox._core.limits import MIB, LimitRequest
+from pybox._core.posture import LABEL_OWNER, LABEL_RUN_ID
+from pybox._core.receipt import Status
+from pybox._core.request import RunRequest
+from pybox._engine import Engine
 from pybox._orchestration.session import Session
 from tests.integration.conftest import boxes
 

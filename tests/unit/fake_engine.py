@@ -93,6 +93,9 @@ class FakeAttach:
         self.closed = False
         self.started = False
         self.script = engine.script
+        self.programs = 0  # payloads received (protocol 2 takes several)
+        self.exited = False  # the current program has reported its exit
+        self.stops = 0
 
     # The engine side.
     def _emit(self, data: bytes, source: int = 1) -> None:
@@ -100,9 +103,19 @@ class FakeAttach:
         for start in range(0, len(data), 7000):
             self.outgoing.append((source, data[start : start + 7000]))
 
+    @property
+    def protocol(self) -> int:
+        """The bootstrap protocol the box was created with (its entrypoint says)."""
+        entrypoint = self.container.body.get("Entrypoint") or []
+        return int(entrypoint[-2]) if len(entrypoint) >= 2 else 1
+
+    def _ready(self) -> None:
+        ready = {"version": self.protocol, "pid": 1, "uid": 1000}
+        self._emit(json_frame(wire.K_READY, ready))
+
     def on_start(self) -> None:
         self.started = True
-        self._emit(json_frame(wire.K_READY, {"version": 1, "pid": 1, "uid": 1000}))
+        self._ready()
 
     def _payload_complete(self) -> bool:
         data = bytes(self.container.payload)
@@ -126,6 +139,8 @@ class FakeAttach:
     def _play(self) -> None:
         if self.engine.script_for is not None:
             self.script = self.engine.script_for(self.container.files)
+        elif self.protocol == wire.MANY_PROGRAMS:
+            self.script = self.engine.script  # each program plays the script of its time
         script = self.script
         if script.raw is not None:
             self._emit(script.raw)
@@ -147,9 +162,11 @@ class FakeAttach:
             self._end(script.exit_code)
             return
         assert self.container.header is not None
-        self._emit(
-            json_frame(wire.K_EXIT, {"exit_code": script.exit_code, "backstop": script.backstop})
-        )
+        self.exited = True
+        report: dict[str, Any] = {"exit_code": script.exit_code, "backstop": script.backstop}
+        if self.protocol == wire.MANY_PROGRAMS:
+            report["stopped"] = False
+        self._emit(json_frame(wire.K_EXIT, report))
         if script.after_exit is not None:
             self._emit(script.after_exit)
         elif self.container.header["collect_outputs"] and not script.backstop:
@@ -173,10 +190,27 @@ class FakeAttach:
 
     # The AttachStream protocol.
     def send(self, data: bytes) -> None:
+        many = self.protocol == wire.MANY_PROGRAMS
         if self.container.header is None:
             self.container.payload += data
             if self._payload_complete():
+                self.programs += 1
+                self.exited = False
                 self._play()
+        elif many and data == wire.STOP and not self.exited and not self.ended:
+            # As the bootstrap does: end the program, report it stopped, no files.
+            self.stops += 1
+            if self.engine.ignore_stop:
+                return
+            self.exited = True
+            report = {"exit_code": -9, "backstop": False, "stopped": True}
+            self._emit(json_frame(wire.K_EXIT, report))
+        elif data == wire.ACK and many:
+            # The next program may come: the box is clear and ready again.
+            self.container.acked = True
+            self.container.header = None
+            self.container.payload = bytearray()
+            self._ready()
         elif data == wire.ACK:
             self.container.acked = True
             if not self.container.stuck:
@@ -250,6 +284,7 @@ class FakeEngine:
         self.apparmor = host_apparmor()[0] is True
         self.security_options = ["name=seccomp,profile=default"]
         self.late_exit = False
+        self.ignore_stop = False  # a protocol-2 box whose bootstrap ignores STOP
         self._next = 0
         self.exec_script: ExecScript = lambda argv: (0, b"")
         self.execs: dict[str, tuple[str, list[str], int, bytes]] = {}

@@ -319,7 +319,7 @@ def test_inputs_are_linked_into_the_working_folder(tmp_path: Path) -> None:
 
 
 def test_bootstrap_walks_within_pybox_path_checks() -> None:
-    from pybox._orchestration.outputs import MAX_PATH_BYTES, MAX_PATH_DEPTH
+    from pybox._boxes.outputs import MAX_PATH_BYTES, MAX_PATH_DEPTH
 
     assert NAMESPACE["MAX_PATH_BYTES"] == MAX_PATH_BYTES
     assert NAMESPACE["MAX_DEPTH"] == MAX_PATH_DEPTH

@@ -1,9 +1,11 @@
 """Layers point downward only, and front ends never touch the engine.
 
 core (values, no I/O) <- adapters (engine client, cgroups, state, config, host
-facts, colima) <- orchestration (`_orchestration`, `_boxes`, `_features`) <- front
-ends (CLI, API, MCP). `pybox`, `pybox.__main__` and `pybox._main` are the composition roots:
-the only modules that may put several front ends together.
+facts, colima) <- orchestration (`_boxes`, `_features`, `_orchestration`) <- front
+ends (CLI, API, MCP). Within orchestration, `pybox._boxes` (a box and its programs)
+sits below the rest: it imports nothing from `_features`, `_orchestration` or
+`_frontends`. `pybox`, `pybox.__main__` and `pybox._main` are the composition
+roots: the only modules that may put several front ends together.
 """
 
 from __future__ import annotations
@@ -119,6 +121,15 @@ FRONT_ENDS = [p for p in MODULES if layer_of(module_name(p)) == "frontends"]
 @pytest.mark.parametrize("path", MODULES, ids=module_name)
 def test_imports_point_downward(path: Path) -> None:
     assert not violations(path, module_name(path))
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in MODULES if module_name(p).startswith("pybox._boxes")], ids=module_name
+)
+def test_boxes_import_nothing_above_them(path: Path) -> None:
+    above = ("pybox._features", "pybox._orchestration", "pybox._frontends")
+    reached = [target for target in imports(path) if target.startswith(above)]
+    assert not reached, f"{module_name(path)} imports {reached}"
 
 
 @pytest.mark.parametrize("path", FRONT_ENDS, ids=module_name)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pybox._adapters.state import StateStore
+from pybox._boxes.record import RunInterrupted
 from pybox._core import wire
 from pybox._core.errors import (
     EngineUnavailable,
@@ -19,7 +20,6 @@ from pybox._core.errors import (
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.receipt import Status
 from pybox._core.request import InputFile, RunRequest
-from pybox._orchestration.lifecycle import RunInterrupted
 from pybox._orchestration.session import Session
 from tests.unit.conftest import IMAGE_ID, OWNER, make_session
 from tests.unit.fake_engine import FakeEngine, Script, frame
@@ -361,7 +361,7 @@ def test_a_box_still_running_after_its_exit_report_is_no_exit_code_0(
     program that exited 5 `succeeded, exit 0`)."""
     from tests.unit.fake_engine import json_frame
 
-    monkeypatch.setattr("pybox._orchestration.lifecycle.DRAIN_AFTER_EXIT_S", 0.2)
+    monkeypatch.setattr("pybox._boxes.program.DRAIN_AFTER_EXIT_S", 0.2)
     engine.script = Script(
         exit_code=5,
         after_exit=json_frame(wire.K_FILE, {"path": "a.txt", "size": 10})

@@ -11,8 +11,8 @@ import pytest
 
 from pybox._adapters import simple_yaml
 from pybox._adapters.quarantine import QUARANTINE_ATTR, mark_quarantined, quarantine_value
+from pybox._boxes.outputs import prepare_destination, publish
 from pybox._core.errors import PyboxError
-from pybox._orchestration.outputs import prepare_destination, publish
 
 
 def test_quarantine_value_format() -> None:

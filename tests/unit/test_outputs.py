@@ -9,10 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pybox._core.errors import InvalidRequest, PyboxError
-from pybox._core.receipt import ReturnedFileDigest, SkippedFile
-from pybox._core.wire import MAX_SKIPPED_LISTED, ProtocolError
-from pybox._orchestration.outputs import (
+from pybox._boxes.outputs import (
     MAX_PATH_BYTES,
     MAX_PATH_DEPTH,
     FilesReceiver,
@@ -24,6 +21,9 @@ from pybox._orchestration.outputs import (
     stage_private,
     sweep_stale_staging,
 )
+from pybox._core.errors import InvalidRequest, PyboxError
+from pybox._core.receipt import ReturnedFileDigest, SkippedFile
+from pybox._core.wire import MAX_SKIPPED_LISTED, ProtocolError
 
 
 @pytest.fixture

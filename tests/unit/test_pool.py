@@ -10,13 +10,13 @@ import pytest
 
 from pybox._adapters.config import load_settings
 from pybox._adapters.state import StateStore
+from pybox._boxes.pool import PoolKey, WarmPool
+from pybox._boxes.spec import BoxContext
 from pybox._core.errors import ConfigError
 from pybox._core.limits import MIB, LimitRequest, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.receipt import KernelObserved, Status, rebase_kernel
 from pybox._core.request import RunRequest
-from pybox._orchestration.lifecycle import BoxContext
-from pybox._orchestration.pool import PoolKey, WarmPool
 from pybox._orchestration.session import Session
 from tests.unit.conftest import OWNER
 from tests.unit.fake_engine import FakeEngine, Script

@@ -18,6 +18,7 @@ import pytest
 
 from pybox._adapters.cgroups import empty_observation
 from pybox._adapters.state import StateStore
+from pybox._boxes.record import RunOutcome
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, box_user, requirements
 from pybox._core.request import RunRequest
@@ -50,7 +51,6 @@ from pybox._features.verify.posture_case import (
 )
 from pybox._features.verify.suite import CASES, Case, Suite, run_posture, run_suite
 from pybox._frontends.cli._verify import case_line, verify_json
-from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.session import Session
 from tests.unit.conftest import OWNER, make_session
 from tests.unit.fake_engine import FakeEngine, Script

@@ -328,8 +328,11 @@ def test_bootstrap_constants_equal_wire_constants() -> None:
     assert callable(box["main"])  # defined, not run
     for name in (
         "VERSION",
+        "ONE_PROGRAM",
+        "MANY_PROGRAMS",
         "MAGIC",
         "ACK",
+        "STOP",
         "CHUNK",
         "BACKSTOP_EXIT",
         "MAX_SKIPPED_LISTED",

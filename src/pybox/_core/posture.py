@@ -18,6 +18,7 @@ from typing import Any
 
 from pybox._core.limits import Limits
 from pybox._core.seccomp import Confinement, security_opt_view
+from pybox._core.wire import MANY_PROGRAMS, ONE_PROGRAM
 
 # The image's own unprivileged account (for tools that look a user up).
 BOX_UID = 1000
@@ -167,8 +168,12 @@ class BoxSpec:
     image_env: tuple[tuple[str, str], ...] = field(default=())
     uid: int = BOX_UID  # runs draw one of their own: see BOX_UID_FIRST
     payload_wait_s: float = PAYLOAD_WAIT_S
+    # The bootstrap protocol (1: one program; 2: programs one after another).
+    protocol: int = ONE_PROGRAM
 
     def __post_init__(self) -> None:
+        if self.protocol not in (ONE_PROGRAM, MANY_PROGRAMS):
+            raise ValueError(f"a box's bootstrap protocol is 1 or 2, not {self.protocol}")
         if not 0 < self.uid < 2**32 - 1:
             raise ValueError(f"a box's uid must be above 0, not {self.uid}")
         if not 0 < self.payload_wait_s < 7 * 86400:
@@ -190,7 +195,8 @@ class BoxSpec:
 
     def entrypoint(self) -> list[str]:
         # The bootstrap's arguments: the program it pre-starts (python code_name),
-        # and how long it waits for that program's code before it ends itself.
+        # its protocol, and how long it waits for a program's code before it ends
+        # itself. Read back before start like every other field.
         return [
             self.python_path,
             "-I",
@@ -199,6 +205,7 @@ class BoxSpec:
             self.bootstrap_source,
             self.python_path,
             self.code_name,
+            str(self.protocol),
             f"{self.payload_wait_s:g}",
         ]
 

@@ -30,6 +30,8 @@ class Evidence:
     kernel_oom_kills: int | None
     backstop_claimed: bool | None
     reported_exit_code: int | None = None
+    # A box kept for its next program (protocol 2): a deadline ends the program only.
+    box_kept: bool = False
 
 
 def _signal_name(number: int) -> str:
@@ -76,10 +78,11 @@ def classify(evidence: Evidence) -> tuple[Status, Cause, int | None]:
     if evidence.sandbox_error is not None:
         return Status.SANDBOX_ERROR, Cause(evidence.sandbox_error, known=True), None
     if evidence.deadline_kill:
+        ended = "the program (the box stays up)" if evidence.box_kept else "the box"
         return (
             Status.TIMED_OUT,
             Cause(
-                f"pybox ended the box at its {evidence.timeout_s:g} s deadline",
+                f"pybox ended {ended} at its {evidence.timeout_s:g} s deadline",
                 known=True,
                 evidence=(
                     "pybox recorded its own kill at the deadline (observed_by_pybox.deadline_kill)",

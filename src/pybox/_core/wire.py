@@ -15,9 +15,17 @@ from typing import Any
 
 from pybox._core.errors import SandboxError
 
-VERSION = 1
+# Protocol 1: the box runs one program, then ends (one-shot and warm-pool boxes).
+# Protocol 2: the box runs programs one after another, each a fresh process with
+# its own deadline; between them nothing the previous one started is left running.
+# A box's protocol is fixed when it is created (it is part of the entrypoint).
+ONE_PROGRAM, MANY_PROGRAMS = 1, 2
+VERSION = MANY_PROGRAMS  # the newest protocol the bootstrap speaks
 MAGIC = b"PBX1"
 ACK = b"A"
+# Protocol 2 only: stop the running program (sent at its deadline or on cancel);
+# the box stays usable for the next program.
+STOP = b"K"
 CHUNK = 65536
 K_READY, K_STARTED, K_STDOUT, K_STDERR = b"R", b"S", b"1", b"2"
 K_FILE, K_DATA, K_EXIT, K_ERROR, K_FILES_DONE = b"F", b"D", b"X", b"E", b"Z"
@@ -103,6 +111,7 @@ def encode_payload(
     args: tuple[str, ...] = (),
     env: tuple[tuple[str, str], ...] = (),
     stdin: bytes = b"",
+    version: int = VERSION,
 ) -> Iterator[bytes]:
     """The stdin payload for the bootstrap, as a sequence of byte chunks.
 
@@ -110,10 +119,11 @@ def encode_payload(
     names never hold tabs or newlines: requests with control characters in
     names are refused before this point. The program's own arguments and
     environment variables may hold anything but NUL, so they travel as hex.
-    After the code and inputs comes the program's stdin.
+    After the code and inputs comes the program's stdin. `version` is the
+    box's protocol; the bootstrap refuses a payload for another one.
     """
     lines: list[list[str]] = [
-        ["version", str(VERSION)],
+        ["version", str(version)],
         ["argv", *argv],
         ["code", code_name, str(len(code))],
         *(["input", item.name, str(len(item.data))] for item in inputs),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, TypeVar, Unpack
 
+from pybox._boxes.record import RunOutcome
 from pybox._core.errors import InvalidRequest
 from pybox._core.limit_surfaces import api_limits_doc, limit_request_from_keywords
 from pybox._core.limits import LIMIT_FIELDS
@@ -18,7 +19,6 @@ from pybox._core.receipt import Receipt
 from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import InputFile, RunRequest
 from pybox._features.repair.loop import RepairJob, RepairLoop
-from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.session import Session
 
 InputLike = InputFile | tuple[str, bytes]

@@ -14,6 +14,13 @@
 # Payload in (fd 0): MAGIC, a 4-byte length, a header of tab-separated lines,
 # then the raw bytes of the code, each input and the program's stdin, in header
 # order; later one ACK byte. No `json` import: it costs about 10 ms of start-up in the box.
+#
+# Protocol 1 (fixed at create time, in the entrypoint) runs one program and ends.
+# Protocol 2 runs programs one after another: after each program's ACK, PID 1
+# kills and reaps everything else in the box, reports ready again and waits for
+# the next payload. Each program is a fresh process with its own deadline; a STOP
+# byte while it runs ends it (and everything it started) without ending the box.
+# Files in the writable area stay.
 # Only C modules: `signal`, `stat` and `ctypes` pull in enum and friends, which
 # costs several milliseconds of start-up on every run.
 import _signal as signal
@@ -24,19 +31,25 @@ import select
 import sys
 import time
 
-VERSION = 1
+ONE_PROGRAM, MANY_PROGRAMS = 1, 2
+VERSION = MANY_PROGRAMS
 MAGIC = b"PBX1"
 ACK = b"A"
+STOP = b"K"
 CHUNK = 65536
 K_READY, K_STARTED, K_STDOUT, K_STDERR = b"R", b"S", b"1", b"2"
 K_FILE, K_DATA, K_EXIT, K_ERROR, K_FILES_DONE = b"F", b"D", b"X", b"E", b"Z"
 BACKSTOP_EXIT = 124
 # pybox acknowledges at once; a frozen or dead pybox must not keep the box long.
 ACK_WAIT_S = 2.0
+# Protocol 2: how long clearing the box after a program may take before PID 1
+# gives up (and ends the box rather than start the next program beside leftovers).
+CLEAR_WAIT_S = 5.0
 # pybox reads and writes as fast as the box does: this long without progress
 # (outside the program's own run) means it froze or hung.
 STALL_S = 10.0
-WORK, INPUT, OUTPUT = "/pybox/work", "/pybox/input", "/pybox/output"
+ROOT = "/pybox"
+WORK, INPUT, OUTPUT = ROOT + "/work", ROOT + "/input", ROOT + "/output"
 # Returned files: the same bounds as pybox's own checks, so nothing unbounded is walked.
 MAX_DEPTH = 32
 MAX_PATH_BYTES = 1024
@@ -95,13 +108,16 @@ class Link:
     def send_json(self, kind, obj):
         self.send(kind, dumps(obj).encode("ascii"))
 
-    def read_exact(self, size, first_wait_s=None):
-        """`size` bytes of the payload; the first may wait `first_wait_s`."""
+    def read_exact(self, size, first_wait_s=None, end_ok=False):
+        """`size` bytes of the payload; the first may wait `first_wait_s`.
+        With `end_ok`, stdin ending before the first byte returns b""."""
         parts, left = [], size
         give_up_at = time.monotonic() + (STALL_S if first_wait_s is None else first_wait_s)
         while left:
             self._wait_for(self.fd_in, False, give_up_at, "send the payload")
             part = os.read(self.fd_in, min(left, 1 << 20))
+            if not part and end_ok and left == size:
+                return b""
             if not part:
                 raise ControllerGone("stdin ended %d bytes early" % left)
             parts.append(part)
@@ -232,6 +248,23 @@ def reap(main_pid, block):
             main_status = status
 
 
+def clear_box(pid, give_up_s):
+    """Protocol 2: kill and reap every other process in the box; True once none is
+    left. As PID 1, every orphan is reparented to us, so no children means no
+    processes: a daemon that double-forked away from the program is gone too."""
+    give_up_at = time.monotonic() + give_up_s
+    while True:
+        kill_everything(pid)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return True
+        if time.monotonic() > give_up_at:
+            return False
+        time.sleep(0.001)
+
+
 def ignore_signals():
     """Ignore every signal the program can send PID 1; return the ones ignored.
 
@@ -301,21 +334,23 @@ def prestart(python, code_name, defaults):
 def restart(started, python, code_name, header, defaults):
     """Replace the pre-started interpreter with one that has the run's own
     arguments, environment variables or stdin (it has not read its script yet,
-    so none of the program's code ran in it)."""
-    pid, out_r, err_r = started
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    os.waitpid(pid, 0)
-    os.close(out_r)
-    os.close(err_r)
+    so none of the program's code ran in it). With `started` None (a later
+    program of a protocol-2 box), just start one."""
+    if started is not None:
+        pid, out_r, err_r = started
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(out_r)
+        os.close(err_r)
     env = dict(os.environ)
     env.update(header["env"])
     stdin_fd = None
     if header["stdin_size"]:
         # A regular file, as `python3 NAME.py < FILE` gives; unlinked once opened.
-        path = os.path.join("/pybox", ".stdin-%d" % os.getpid())
+        path = os.path.join(ROOT, ".stdin-%d" % os.getpid())
         stdin_fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         os.unlink(path)
     try:
@@ -343,24 +378,58 @@ def receive_file(link, path, size, mode):
         os.close(fd)
 
 
-def unpack_inputs(link, header):
+def check_name(name):
+    if not name or "/" in name or name in (".", "..") or "\0" in name:
+        raise ValueError("bad file name %r" % name)
+
+
+def unpack_inputs(link, header, replace=False):
+    """The inputs into INPUT (and linked next to the script). With `replace` (a
+    later program of a protocol-2 box), an earlier file of the same name gives way."""
+    if replace:
+        os.chmod(INPUT, 0o755)
     for item in header["inputs"]:
         name = item["name"]
-        if "/" in name or name in (".", "..") or "\0" in name:
-            raise ValueError("bad input name %r" % name)
+        check_name(name)
         path = os.path.join(INPUT, name)
+        if replace:
+            remove_if_there(path)
         receive_file(link, path, item["size"], 0o444)
         # Also in the working folder (the script's folder, first on sys.path), so
         # `open("data.csv")` and `import helper` work as they would next to the
         # script. A hard link: the same read-only file, not a copy.
+        target = os.path.join(WORK, name)
+        if replace:
+            remove_if_there(target)
         try:
-            os.link(path, os.path.join(WORK, name))
+            os.link(path, target)
         except OSError:
             pass
     os.chmod(INPUT, 0o555)
     if header["stdin_size"]:
-        path = os.path.join("/pybox", ".stdin-%d" % os.getpid())
+        path = os.path.join(ROOT, ".stdin-%d" % os.getpid())
+        if replace:
+            remove_if_there(path)
         receive_file(link, path, header["stdin_size"], 0o400)
+
+
+def remove_if_there(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def place_code(code_name, code):
+    """A later program's script: a regular file, in place before it starts."""
+    copy = os.path.join(ROOT, ".code-%d" % os.getpid())
+    remove_if_there(copy)
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        write_all(fd, code)
+    finally:
+        os.close(fd)
+    os.replace(copy, os.path.join(WORK, code_name))
 
 
 def hand_over_code(code_name, code, pid, deadline):
@@ -370,7 +439,7 @@ def hand_over_code(code_name, code, pid, deadline):
     Returns the program's wait status if it ended before taking its code.
     """
     path = os.path.join(WORK, code_name)
-    copy = os.path.join("/pybox", ".code-%d" % os.getpid())
+    copy = os.path.join(ROOT, ".code-%d" % os.getpid())
     with open(copy, "wb") as handle:
         handle.write(code)
     while True:
@@ -400,14 +469,17 @@ def hand_over_code(code_name, code, pid, deadline):
     return None
 
 
-def pump(link, pid, out_r, err_r, deadline, status):
-    """Relay output until the program ended and its pipes closed."""
+def pump(link, pid, out_r, err_r, deadline, status, protocol=ONE_PROGRAM):
+    """Relay output until the program ended and its pipes closed.
+
+    Returns the program's wait status, whether the backstop fired, and (protocol
+    2) whether pybox stopped it."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     streams = {out_r: K_STDOUT, err_r: K_STDERR}
-    backstop = False
+    backstop = stopped = False
     while streams or status is None:
         left = deadline - time.monotonic()
         if left <= 0 and not backstop:
@@ -418,8 +490,12 @@ def pump(link, pid, out_r, err_r, deadline, status):
         for fd in ready:
             if fd == link.fd_in:
                 # The engine closes stdin when pybox's connection ends (StdinOnce).
-                if not os.read(link.fd_in, 4096):
+                data = os.read(link.fd_in, 4096)
+                if not data:
                     raise ControllerGone("stdin closed")
+                if protocol == MANY_PROGRAMS and STOP in data and not stopped:
+                    stopped = True
+                    kill_everything(pid)
                 continue
             if fd == wake_r:
                 os.read(wake_r, 4096)
@@ -437,8 +513,14 @@ def pump(link, pid, out_r, err_r, deadline, status):
         if status is not None:
             # The run is over when the program is; nothing it started outlives it.
             kill_everything(pid)
-    reap(pid, block=True)
-    return status, backstop
+    signal.set_wakeup_fd(-1)
+    os.close(wake_r)
+    os.close(wake_w)
+    if protocol == ONE_PROGRAM:
+        reap(pid, block=True)
+    elif not clear_box(pid, CLEAR_WAIT_S):
+        raise RuntimeError("processes of the program outlived it; the box ends")
+    return status, backstop, stopped
 
 
 class Outputs:
@@ -585,10 +667,10 @@ def send_outputs(link, max_files, max_bytes):
     link.send_json(K_FILES_DONE, report)
 
 
-def finish(link, header, backstop):
+def finish(link, header, backstop, protocol=ONE_PROGRAM):
     """Everything after the exit report. Its failure never changes the program's
     exit status: it is reported (pybox lists what was lost) and the box ends
-    with the program's own status."""
+    (protocol 1) or goes on (protocol 2) with the program's own status."""
     try:
         if header["collect_outputs"] and not backstop:
             send_outputs(link, header["max_files"], header["max_file_bytes"])
@@ -597,48 +679,100 @@ def finish(link, header, backstop):
     except BaseException as exc:
         message = ("%s: %s" % (type(exc).__name__, exc))[:MAX_MESSAGE_CHARS]
         link.send_json(K_ERROR, {"message": message})
-    # Stay alive until pybox has taken its last kernel sample, or for a short while.
-    ready, _, _ = select.select([link.fd_in], [], [], ACK_WAIT_S)
-    if ready:
-        os.read(link.fd_in, 1)
+    if protocol == ONE_PROGRAM:
+        # Stay alive until pybox has taken its last kernel sample, or for a short while.
+        ready, _, _ = select.select([link.fd_in], [], [], ACK_WAIT_S)
+        if ready:
+            os.read(link.fd_in, 1)
+        return
+    # The next payload follows the ACK: take it exactly (a STOP that crossed the
+    # exit report on its way comes before it and means nothing now).
+    while link.read_exact(1) != ACK:
+        pass
 
 
-def main(link):
-    python, code_name, payload_wait_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    defaults = (*ignore_signals(), signal.SIGCHLD)
-    # The program's interpreter starts first, so its start-up overlaps the wait for
-    # the payload; it runs nothing of the program's until the code is handed over.
-    started = prestart(python, code_name, defaults)
-    protected = make_nondumpable()
-    link.send_json(
-        K_READY,
-        {"version": VERSION, "pid": os.getpid(), "uid": os.getuid(), "nondumpable": protected},
-    )
-    if link.read_exact(4, first_wait_s=payload_wait_s) != MAGIC:
-        raise ValueError("the payload does not start with the pybox magic")
-    header = parse_header(link.read_exact(int.from_bytes(link.read_exact(4), "big")))
-    deadline = time.monotonic() + float(header["backstop_s"])
-    if header["argv"] != [python, code_name] or header["code_name"] != code_name:
-        raise ValueError("the payload is for %r, this box runs %r" % (header["argv"], code_name))
-    code = link.read_exact(header["code_size"])
-    unpack_inputs(link, header)
-    if header["args"] or header["env"] or header["stdin_size"]:
-        started = restart(started, python, code_name, header, defaults)
-    pid, out_r, err_r = started
-    link.program_deadline = deadline
-    status = hand_over_code(code_name, code, pid, deadline)
-    link.send_json(K_STARTED, {})
-    status, backstop = pump(link, pid, out_r, err_r, deadline, status)
-    link.program_deadline = None
-    exit_code = None if status is None else os.waitstatus_to_exitcode(status)
-    # The exit report comes first: the program's deadline no longer applies to the files.
-    link.send_json(K_EXIT, {"exit_code": exit_code, "backstop": backstop})
-    finish(link, header, backstop)
+def box_exit_code(exit_code, backstop):
     if backstop:
         return BACKSTOP_EXIT
     if exit_code is None:
         return 125
     return exit_code if exit_code >= 0 else 128 - exit_code
+
+
+def run_program(link, python, header, started, defaults, protocol, first):
+    """One program: inputs in, code handed over, output relayed, exit reported,
+    files sent. Returns its wait status's exit code and whether the backstop fired."""
+    code_name = header["code_name"]
+    deadline = time.monotonic() + float(header["backstop_s"])
+    code = link.read_exact(header["code_size"])
+    unpack_inputs(link, header, replace=not first)
+    if not first:
+        # A fresh interpreter for each later program, with a regular script file.
+        place_code(code_name, code)
+        started = restart(None, python, code_name, header, defaults)
+    elif header["args"] or header["env"] or header["stdin_size"]:
+        started = restart(started, python, code_name, header, defaults)
+    pid, out_r, err_r = started
+    link.program_deadline = deadline
+    status = hand_over_code(code_name, code, pid, deadline) if first else None
+    link.send_json(K_STARTED, {})
+    status, backstop, stopped = pump(link, pid, out_r, err_r, deadline, status, protocol)
+    link.program_deadline = None
+    exit_code = None if status is None else os.waitstatus_to_exitcode(status)
+    # The exit report comes first: the program's deadline no longer applies to the files.
+    report = {"exit_code": exit_code, "backstop": backstop}
+    if protocol == MANY_PROGRAMS:
+        report["stopped"] = stopped
+    link.send_json(K_EXIT, report)
+    finish(link, header, backstop or stopped, protocol)
+    return exit_code, backstop
+
+
+def read_header(link, python, protocol, first_wait_s, end_ok=False):
+    """The next payload's header (None: pybox closed the box between programs)."""
+    magic = link.read_exact(4, first_wait_s=first_wait_s, end_ok=end_ok)
+    if not magic:
+        return None
+    if magic != MAGIC:
+        raise ValueError("the payload does not start with the pybox magic")
+    header = parse_header(link.read_exact(int.from_bytes(link.read_exact(4), "big")))
+    if header.get("version") != protocol:
+        raise ValueError(
+            "the payload is for protocol %r; this box speaks %d" % (header.get("version"), protocol)
+        )
+    check_name(header["code_name"])
+    if header["argv"] != [python, header["code_name"]]:
+        raise ValueError("the payload runs %r, not this box's Python" % (header["argv"],))
+    return header
+
+
+def main(link):
+    python, code_name = sys.argv[1], sys.argv[2]
+    protocol, payload_wait_s = int(sys.argv[3]), float(sys.argv[4])
+    if protocol not in (ONE_PROGRAM, MANY_PROGRAMS):
+        raise ValueError("this bootstrap speaks protocols 1 and 2, not %r" % protocol)
+    defaults = (*ignore_signals(), signal.SIGCHLD)
+    # The program's interpreter starts first, so its start-up overlaps the wait for
+    # the payload; it runs nothing of the program's until the code is handed over.
+    started = prestart(python, code_name, defaults)
+    protected = make_nondumpable()
+    ready = {"version": protocol, "pid": os.getpid(), "uid": os.getuid(), "nondumpable": protected}
+    link.send_json(K_READY, ready)
+    header = read_header(link, python, protocol, payload_wait_s)
+    if header["code_name"] != code_name:
+        raise ValueError("the payload is for %r, this box runs %r" % (header["argv"], code_name))
+    exit_code, backstop = run_program(link, python, header, started, defaults, protocol, True)
+    while protocol == MANY_PROGRAMS:
+        # Nothing of the last program is left (pump cleared the box); say so, and wait.
+        for folder in (WORK, INPUT, OUTPUT):
+            os.makedirs(folder, exist_ok=True)
+        os.chdir(WORK)
+        link.send_json(K_READY, ready)
+        header = read_header(link, python, protocol, payload_wait_s, end_ok=True)
+        if header is None:
+            break
+        exit_code, backstop = run_program(link, python, header, None, defaults, protocol, False)
+    return box_exit_code(exit_code, backstop)
 
 
 if __name__ == "__main__":

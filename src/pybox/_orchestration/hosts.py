@@ -23,10 +23,10 @@ from pybox._adapters.colima.tools import HOMEBREW_BIN_DIRS, find_tool
 from pybox._adapters.config import Settings
 from pybox._adapters.host_facts import owner_alive
 from pybox._adapters.quarantine import mark_quarantined
+from pybox._boxes.outputs import FileMarker
+from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._core.errors import InvalidRequest, PlatformError, VMIsolationError
 from pybox._engine import DockerEngine, Engine, find_endpoint
-from pybox._orchestration.lifecycle import SAMPLE_INTERVAL_S
-from pybox._orchestration.outputs import FileMarker
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,15 @@ from pybox._adapters.confinement import confinement
 from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
+from pybox._boxes.box import run_once
+from pybox._boxes.cleanup import SweepReport, sweep
+from pybox._boxes.outputs import FileMarker
+from pybox._boxes.pool import PoolKey, PoolStats, WarmPool
+from pybox._boxes.program import SAMPLE_INTERVAL_S
+from pybox._boxes.record import RunOutcome
+from pybox._boxes.spec import BoxContext, new_run_id
 from pybox._core.errors import ImageError, LimitExceeded, PyboxError
+from pybox._core.events import EventSink
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
 from pybox._core.pool import PoolSettings
@@ -41,18 +49,8 @@ from pybox._features.images.records import (
 )
 from pybox._features.vm.setup import vm_build_source
 from pybox._inbox import bootstrap_source
-from pybox._orchestration.cleanup import SweepReport, sweep
 from pybox._orchestration.doctor import engine_facts, leftover_boxes
 from pybox._orchestration.hosts import Host, open_host
-from pybox._orchestration.lifecycle import (
-    SAMPLE_INTERVAL_S,
-    BoxContext,
-    BoxRun,
-    RunOutcome,
-    new_run_id,
-)
-from pybox._orchestration.outputs import FileMarker
-from pybox._orchestration.pool import PoolKey, PoolStats, WarmPool
 from pybox._orchestration.staging import OutputStaging, stage_outputs
 from pybox._version import __version__
 
@@ -320,6 +318,7 @@ class Session:
         *,
         files_dir: Path | None = None,
         cancel: threading.Event | None = None,
+        on_event: EventSink | None = None,
     ) -> RunOutcome:
         """Run a prepared request in a fresh box. A failing program is data in the receipt.
 
@@ -336,19 +335,19 @@ class Session:
         if self._pool is not None:
             key = PoolKey.of(image, limits, request.code_name)
             warm = self._pool.take(key)
-        run = BoxRun(
-            self._context(),
-            request,
-            limits,
-            image,
-            files_dir,
-            cancel,
-            swept,
-            warm,
-            run_id=prepared.run_id,
-        )
         try:
-            return run.execute()
+            return run_once(
+                self._context(),
+                request,
+                limits,
+                image,
+                run_id=prepared.run_id,
+                files_dir=files_dir,
+                cancel=cancel,
+                leftovers_swept=swept,
+                warm=warm,
+                on_event=on_event,
+            )
         finally:
             if warm is not None and self._pool is not None:
                 self._pool.done(key)

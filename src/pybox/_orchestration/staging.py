@@ -13,9 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pybox._core.errors import PyboxError
-from pybox._core.request import PreparedRun
-from pybox._orchestration.outputs import (
+from pybox._boxes.outputs import (
     FileMarker,
     ReturnedFile,
     discard,
@@ -23,6 +21,8 @@ from pybox._orchestration.outputs import (
     stage_destination,
     stage_private,
 )
+from pybox._core.errors import PyboxError
+from pybox._core.request import PreparedRun
 
 
 @dataclass(frozen=True)

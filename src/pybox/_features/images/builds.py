@@ -30,6 +30,7 @@ from pybox._adapters.confinement import confinement as engine_confinement
 from pybox._adapters.piptool import PipSettings, download_pip_wheel, read_cert, redact
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
+from pybox._boxes.cleanup import remove_and_confirm
 from pybox._core.errors import EngineError, ImageBuildError
 from pybox._core.images import (
     LABEL_IMAGE,
@@ -66,7 +67,6 @@ from pybox._features.images.lock_plans import (
 )
 from pybox._features.images.pip_output import PipProgress, explain_pip_failure
 from pybox._features.images.records import Replaced
-from pybox._orchestration.cleanup import remove_and_confirm
 
 INSTALL_TIMEOUT_S = 1800.0
 STEP_TIMEOUT_S = 300.0

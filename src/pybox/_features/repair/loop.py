@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pybox._adapters.model_providers import ModelProvider, open_provider
+from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._core.display import plural
 from pybox._core.errors import (
     InvalidRequest,
@@ -50,7 +51,6 @@ from pybox._core.repair import (
     sha256_hex,
 )
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest
-from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
 from pybox._orchestration.session import Session
 
 # Without a Retry-After, a rate-limited call is retried after this long.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any, Literal
 
+from pybox._boxes.record import RunOutcome
 from pybox._core.limits import MIB
 from pybox._core.posture import (
     BOX_HOSTNAME,
@@ -23,7 +24,6 @@ from pybox._core.posture import (
 )
 from pybox._core.receipt import Receipt, Status
 from pybox._engine import Engine
-from pybox._orchestration.lifecycle import RunOutcome
 
 FLOOD_STDOUT_BYTES = 256 * MIB
 FLOOD_STDERR_BYTES = 128 * MIB

@@ -15,14 +15,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pybox._boxes.cleanup import remove_and_confirm
+from pybox._boxes.record import RunOutcome
 from pybox._core.errors import PyboxError
 from pybox._core.limits import MIB
 from pybox._core.receipt import Status
 from pybox._core.seccomp import SECCOMP_PREFIX
 from pybox._engine import AttachStream, Engine, EngineEndpoint, JSONObject
 from pybox._features.verify.judges import Verdict
-from pybox._orchestration.cleanup import remove_and_confirm
-from pybox._orchestration.lifecycle import RunOutcome
 
 _REMOVE = object()
 IO_URING_CALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register")

@@ -38,6 +38,8 @@ from pybox._adapters.host_facts import (
     reset_peak_rss,
     rss_bytes,
 )
+from pybox._boxes.cleanup import remove_and_confirm
+from pybox._boxes.record import RunOutcome
 from pybox._core.errors import EngineAPIError, PyboxError
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import (
@@ -73,8 +75,6 @@ from pybox._features.verify.posture_case import (
     WeakenedCreateEngine,
     judge_weakened,
 )
-from pybox._orchestration.cleanup import remove_and_confirm
-from pybox._orchestration.lifecycle import RunOutcome
 from pybox._orchestration.session import Session
 
 # The limits each case asks for: small, so the suite is quick and the caps are reached.

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._core.display import plural
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.limit_surfaces import cli_limit_fields
@@ -30,7 +31,6 @@ from pybox._frontends.cli._common import (
     status_exit_code,
     write_program_output,
 )
-from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
 
 EXEC_JSON_VERSION = 1
 

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pybox._boxes.outputs import stage_private
+from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._core.errors import ConfigError, LimitExceeded, PyboxError
 from pybox._core.limits import MIB, Limits
 from pybox._core.request import PreparedRun, RunRequest
-from pybox._orchestration.lifecycle import RunInterrupted, RunOutcome
-from pybox._orchestration.outputs import stage_private
 from pybox._orchestration.session import Session
 
 KEEP_FINISHED_RUNS = 50

@@ -22,34 +22,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from pybox._core import wire
-from pybox._core.errors import EngineError, PyboxError, SandboxError
+from pybox._boxes.box import Box
+from pybox._boxes.spec import EXPIRY_MARGIN_S, BoxContext, new_run_id
+from pybox._core.errors import PyboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
 from pybox._core.pool import PoolSettings
 from pybox._core.posture import PAYLOAD_WAIT_S
-from pybox._engine import AttachStream
-from pybox._orchestration.cleanup import remove_and_confirm
-from pybox._orchestration.lifecycle import (
-    EXPIRY_MARGIN_S,
-    BoxContext,
-    WarmBox,
-    box_spec,
-    create_box,
-    iso_now,
-    new_run_id,
-    read_back_posture,
-    refuse_if_weakened,
-)
 
 FAILURE_BACKOFF_S = (1.0, 5.0, 30.0, 120.0)
 # A replacement waits until the run that took a box is done (or this long):
 # starting a box competes for the CPUs with the run's own end and teardown.
 REFILL_HOLD_S = 1.0
-# How long a started box's bootstrap has to report ready before it is refused.
-READY_WAIT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -72,7 +57,7 @@ class PoolKey:
 class _Profile:
     key: PoolKey
     last_asked: float
-    waiting: list[WarmBox] = field(default_factory=list)
+    waiting: list[Box] = field(default_factory=list)
     starting: int = 0
     failures: int = 0
     retry_at: float = 0.0
@@ -110,7 +95,7 @@ class WarmPool:
         self._closed = False
         self._worker: threading.Thread | None = None
         self._taken = self._missed = self._started = self._failed = 0
-        self._dead: list[WarmBox] = []  # waiting boxes found unusable, to remove
+        self._dead: list[Box] = []  # waiting boxes found unusable, to remove
 
     # -- what runs see ---------------------------------------------------------------
 
@@ -119,7 +104,7 @@ class WarmPool:
         with self._cond:
             self._touch(key)
 
-    def take(self, key: PoolKey) -> WarmBox | None:
+    def take(self, key: PoolKey) -> Box | None:
         """A waiting box for this profile, if one is ready.
 
         Its replacement starts once `done(key)` says the run is over, or after
@@ -136,7 +121,7 @@ class WarmPool:
                 # to be read (or the end of its stream) means it is no longer usable.
                 # One that waited its idle time is close to ending itself: replace it.
                 stale = time.monotonic() - box.ready_at > self.settings.idle_s
-                if stale or box.stream.has_pending():
+                if stale or box.has_news():
                     self._dead.append(box)
                     self._cond.notify_all()
                     continue
@@ -224,7 +209,7 @@ class WarmPool:
             for p in self._profiles.values()
         )
 
-    def _next_job(self, now: float) -> tuple[str, _Profile | None, WarmBox | None] | None:
+    def _next_job(self, now: float) -> tuple[str, _Profile | None, Box | None] | None:
         """Caller holds the lock: what to do next, in order of urgency."""
         if self._dead:
             return "discard", None, self._dead.pop(0)
@@ -271,7 +256,7 @@ class WarmPool:
 
     def _start_one(self, profile: _Profile) -> None:
         try:
-            box: WarmBox | None = self._start_box(profile.key)
+            box: Box | None = self._start_box(profile.key)
             error = None
         except PyboxError as exc:
             box, error = None, str(exc)
@@ -298,104 +283,35 @@ class WarmPool:
         if box is not None:  # the pool closed while it was starting
             self._discard(box)
 
-    def _start_box(self, key: PoolKey) -> WarmBox:
+    def _start_box(self, key: PoolKey) -> Box:
+        """A box created, verified and started exactly as a fresh one, its bootstrap
+        up and waiting for code."""
         context = self._context()
-        engine = context.engine
         limits = key.limits
-        spec = box_spec(
+        box = Box(
             context,
             key.image,
             limits,
             key.code_name,
-            run_id=new_run_id(),
+            box_id=new_run_id(),
             expires_at=int(time.time() + self.settings.idle_s + limits.timeout_s + EXPIRY_MARGIN_S),
             # It waits its idle time, then ends itself even if this pybox froze.
             payload_wait_s=self.settings.idle_s + PAYLOAD_WAIT_S,
+            source="warm_pool",
         )
-        context.state.record_attempt(
-            spec.run_id,
-            {
-                "run_id": spec.run_id,
-                "owner": context.owner,
-                "container_name": spec.name,
-                "created_at": iso_now(),
-                "expires_at": spec.expires_at,
-                "warm_pool": True,
-            },
-        )
-        created_at = iso_now()
-        container_id: str | None = None
-        stream = None
+        box.record_attempt(warm_pool=True)
         try:
-            container_id = create_box(engine, spec, key.image)
-            posture = read_back_posture(engine, spec, container_id)
-            refuse_if_weakened(posture)
-            stream = engine.attach(container_id)
-            engine.start_container(container_id)
-            sampler = context.sampler_factory(container_id)
-            if sampler is not None:
-                sampler.sample(force=True)
-            decoder = wire.FrameDecoder()
-            ready = _await_ready(stream, decoder)
-            return WarmBox(
-                spec=spec,
-                container_id=container_id,
-                posture=posture,
-                stream=stream,
-                sampler=sampler,
-                created_at=created_at,
-                ready_at=time.monotonic(),
-                ready=ready,
-                decoder=decoder,
-            )
+            box.create()
+            box.start(await_ready=True)
+            return box
         except BaseException:
-            if stream is not None:
-                stream.close()
-            self._remove(context, spec.run_id, container_id or spec.name)
+            self._discard(box)
             raise
 
-    def _discard(self, box: WarmBox) -> bool:
-        box.stream.close()
-        if box.sampler is not None:
-            box.sampler.close()
-        return self._remove(self._context(), box.spec.run_id, box.container_id)
-
-    def _remove(self, context: BoxContext, run_id: str, container: str) -> bool:
-        try:
-            confirmed = remove_and_confirm(context.engine, container)
-        except EngineError as exc:
-            self._log(f"warm pool: could not remove {container}: {exc}; `pybox sweep` will")
-            return False
-        if confirmed:
-            context.state.finish_attempt(run_id)
-        return confirmed
-
-
-def _await_ready(stream: AttachStream, decoder: wire.FrameDecoder) -> dict[str, Any]:
-    """Wait for the bootstrap's ready report: only a box whose bootstrap is up waits."""
-    deadline = time.monotonic() + READY_WAIT_S
-    diagnostics = bytearray()
-    while (left := deadline - time.monotonic()) > 0:
-        chunk = stream.read(left)
-        if chunk is None:
-            continue
-        source, data = chunk
-        if source == 0:
-            break
-        if source == 2:
-            diagnostics += data[: 2000 - len(diagnostics)]
-            continue
-        frames = list(decoder.feed(data))
-        if frames:
-            if len(frames) > 1 or frames[0].kind != wire.K_READY:
-                kinds = [frame.kind for frame in frames]
-                raise SandboxError(
-                    f"A warm box's bootstrap sent {kinds} before its code arrived; "
-                    "only its ready report was expected."
-                )
-            return frames[0].json()
-    said = diagnostics.decode("utf-8", "replace").strip()
-    raise SandboxError(
-        f"A warm box's bootstrap did not report ready within {READY_WAIT_S:g} s"
-        + (f": {said}" if said else ".")
-    )
+    def _discard(self, box: Box) -> bool:
+        removal = box.remove(look=False)
+        if removal.error is not None:
+            self._log(
+                f"warm pool: could not remove {box.spec.name}: {removal.error}; `pybox sweep` will"
+            )
+        return removal.confirmed

@@ -1,0 +1,251 @@
+"""The receipt of one run, built from its record (pure: no I/O, no clock).
+
+Everything the box said is untrusted and is kept apart from what the engine,
+the kernel and pybox observed; what nobody could observe is listed as unknown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from pybox._boxes.record import RunRecord
+from pybox._core import wire
+from pybox._core.posture import INPUT_DIR, OUTPUT_DIR, PYBOX_ROOT, TMP_DIR
+from pybox._core.receipt import (
+    Configured,
+    ConfinementFacts,
+    EngineObserved,
+    FileDigest,
+    ImageFacts,
+    PostureMismatchFact,
+    ProgramReported,
+    PyboxObserved,
+    Receipt,
+    SkippedFile,
+    Unknown,
+)
+from pybox._core.seccomp import PROFILE_NAME
+from pybox._core.status import Evidence, classify
+
+
+def build_receipt(record: RunRecord) -> Receipt:
+    sandbox_error = record.sandbox_error
+    if record.removal_error is not None and sandbox_error is None:
+        sandbox_error = (
+            f"The box {record.spec.name} could not be confirmed removed: {record.removal_error}. "
+            "Run `pybox sweep` once the engine answers."
+        )
+    engine_observed = _engine_observed(record)
+    duration = run_duration_s(record.marks)
+    exit_info = record.exit_info or {}
+    ended_early = record.deadline_kill or record.cancelled
+    status, cause, exit_code = classify(
+        Evidence(
+            sandbox_error=sandbox_error,
+            cancelled=record.cancelled,
+            deadline_kill=record.deadline_kill,
+            timeout_s=record.limits.timeout_s,
+            run_duration_s=duration,
+            engine_exit_code=engine_observed.exit_code,
+            engine_oom_killed=engine_observed.oom_killed,
+            kernel_oom_kills=record.kernel.oom_kill_count,
+            backstop_claimed=_bool_or_none(exit_info.get("backstop")),
+            reported_exit_code=_int_or_none(exit_info.get("exit_code")),
+            box_kept=record.box_kept,
+        )
+    )
+    unknown = list(record.unknown)
+    # In a box kept for its next program, pybox ends the program, not the box.
+    ended = "the program was" if record.box_kept else "the box was"
+    if record.collect_outputs and ended_early:
+        unknown.append(Unknown("returned files", f"not collected: {ended} ended early"))
+    if record.exit_info is None and "code_sent" in record.marks and ended_early:
+        unknown.append(Unknown("the program's own exit status", f"{ended} ended before it exited"))
+    if record.box_kept and record.box_started:
+        unknown.append(
+            Unknown(
+                "the engine's view of the program's end",
+                "the box stays up for its next program; the engine reports an exit code "
+                "only for a box that ended",
+            )
+        )
+    unknown.extend(_files_unknown(record))
+    skipped, more = _skipped(record)
+    if more:
+        unknown.append(
+            Unknown(
+                "the other skipped files",
+                f"{more} more files were not returned; the receipt lists the first "
+                f"{len(skipped)} (the box's part of the count is untrusted)",
+            )
+        )
+    marks = record.marks
+    return Receipt(
+        run_id=record.run_id,
+        status=status,
+        exit_code=exit_code,
+        cause=cause,
+        configured=_configured(record),
+        observed_by_engine=engine_observed,
+        observed_by_kernel=record.kernel,
+        observed_by_pybox=PyboxObserved(
+            started_at=record.started_at,
+            create_s=_rounded(marks.get("created")),
+            verify_s=_rounded(marks.get("verified")),
+            start_s=_rounded(marks.get("started")),
+            code_sent_s=_rounded(marks.get("code_sent")),
+            program_ended_s=_rounded(marks.get("program_ended")),
+            removed_s=_rounded(marks.get("removed")),
+            run_duration_s=duration,
+            deadline_kill=record.deadline_kill,
+            cancelled=record.cancelled,
+            leftovers_swept=record.leftovers_swept,
+            box_source=record.box_source,
+            box_created_at=record.box_created_at,
+            box_waited_s=record.box_waited_s,
+        ),
+        reported_by_program=ProgramReported(
+            exit_code=_int_or_none(exit_info.get("exit_code")),
+            backstop_fired=_bool_or_none(exit_info.get("backstop")),
+            stdout=record.stdout,
+            stderr=record.stderr,
+            output_files=record.returned_files,
+            output_files_skipped=tuple(skipped),
+        ),
+        unknown=tuple(unknown),
+    )
+
+
+def run_duration_s(marks: Mapping[str, float]) -> float | None:
+    """From the code sent to the program's end (its exit report, pybox's kill or,
+    failing both, the box's removal)."""
+    code_sent = marks.get("code_sent")
+    end = marks.get("program_ended") or marks.get("killed")
+    if end is None and code_sent is not None:
+        end = marks.get("removed")
+    return None if code_sent is None or end is None else round(end - code_sent, 4)
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 4)
+
+
+def _engine_observed(record: RunRecord) -> EngineObserved:
+    inspected = record.final_inspect or {}
+    state: Mapping[str, Any] = inspected.get("State") or {}
+    posture = record.posture
+    started = record.box_started
+    # A box kept for its next program has not ended: the engine reports no exit for it.
+    # Nor has one still running at the final inspect, whatever ExitCode says (0 until it
+    # ends): pybox stopped waiting for its returned files (issue 12).
+    ended = started and bool(state) and not record.box_kept and not state.get("Running")
+    return EngineObserved(
+        container_id=record.container_id,
+        container_name=record.spec.name if record.create_sent else None,
+        posture_verified=bool(posture and posture.ok),
+        posture_fields_checked=len(posture.checked) if posture else 0,
+        posture_mismatches=tuple(
+            PostureMismatchFact(m.field, m.expected, m.actual)
+            for m in (posture.mismatches if posture else ())
+        ),
+        state=state.get("Status"),
+        exit_code=state.get("ExitCode") if ended else None,
+        oom_killed=state.get("OOMKilled") if state and not record.box_kept else None,
+        created_at=inspected.get("Created"),
+        started_at=state.get("StartedAt") if started else None,
+        finished_at=state.get("FinishedAt") if started and not record.box_kept else None,
+        removal_confirmed=record.removal_confirmed,
+    )
+
+
+def _files_unknown(record: RunRecord) -> list[Unknown]:
+    """What was lost of the returned files after the program's exit report."""
+    exit_info = record.exit_info
+    if not record.collect_outputs or exit_info is None or _no_files_follow(record, exit_info):
+        return []
+    received = len(record.returned_files)
+    if record.files_lost is not None:
+        return [
+            Unknown(
+                "returned files",
+                f"{record.files_lost}; the {received} file(s) received before that are kept",
+            )
+        ]
+    report = record.files_report
+    if report is None:
+        return [
+            Unknown(
+                "returned files",
+                f"the box ended before it reported the end of the transfer; "
+                f"the {received} file(s) received are kept",
+            )
+        ]
+    problem = report.get("problem")
+    if isinstance(problem, str):
+        return [Unknown("returned files", f"{problem[:300]} (the box's report)")]
+    return []
+
+
+def _no_files_follow(record: RunRecord, exit_info: Mapping[str, Any]) -> bool:
+    """The backstop fired, or (protocol 2) the program was stopped: no files follow."""
+    stopped = record.protocol == wire.MANY_PROGRAMS and exit_info.get("stopped") is True
+    return bool(exit_info.get("backstop")) or stopped
+
+
+def _skipped(record: RunRecord) -> tuple[list[SkippedFile], int]:
+    """The skipped files, pybox's and the box's, the first few listed; and how
+    many more there were. A box may skip (or send) any number of files."""
+    skipped = list(record.skipped_files)
+    report = record.files_report or {}
+    items = report.get("files_skipped")
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict):
+            skipped.append(
+                SkippedFile(str(item.get("path", ""))[:1024], str(item.get("reason", ""))[:200])
+            )
+    more = max(_int_or_none(report.get("files_skipped_more")) or 0, 0)
+    more += max(len(skipped) - wire.MAX_SKIPPED_LISTED, 0)
+    if record.collect_outputs:
+        more += record.skipped_more
+    return skipped[: wire.MAX_SKIPPED_LISTED], more
+
+
+def _configured(record: RunRecord) -> Configured:
+    spec, image, request = record.spec, record.image, record.request
+    return Configured(
+        pybox_version=record.pybox_version,
+        engine=record.engine,
+        runtime=spec.runtime,
+        image=ImageFacts(image.name, image.image_id, image.recipe_hash, image.digest),
+        limits=record.limits.to_dict(),
+        network="none",
+        user=spec.user,
+        confinement=ConfinementFacts(
+            seccomp_profile=PROFILE_NAME,
+            seccomp_profile_sha256=spec.confinement.seccomp_sha256,
+            apparmor_profile=spec.confinement.apparmor_profile,
+            apparmor=spec.confinement.apparmor_basis,
+        ),
+        writable_paths=(PYBOX_ROOT, TMP_DIR, "/dev/shm"),
+        input_dir=INPUT_DIR,
+        output_dir=OUTPUT_DIR,
+        code=FileDigest(request.code_name, len(request.code), _sha256(request.code)),
+        inputs=tuple(FileDigest(i.name, len(i.data), _sha256(i.data)) for i in request.inputs),
+        collect_outputs=record.collect_outputs,
+    )
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _int_or_none(value: object) -> int | None:
+    """An exit code from inside the box, if it is one (it is untrusted)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bool_or_none(value: object) -> bool | None:
+    """A yes/no from inside the box, if it is one (it is untrusted)."""
+    return value if isinstance(value, bool) else None
