@@ -20,6 +20,7 @@ from pybox._adapters.config import load_settings
 from pybox._adapters.confinement import host_apparmor, seccomp_profile
 from pybox._adapters.host_facts import owner_alive
 from pybox._adapters.state import StateStore
+from pybox._core.display import plural
 from pybox._core.errors import ConfigError, PyboxError
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
 from pybox._core.seccomp import (
@@ -359,6 +360,6 @@ def _diagnose(
         _problem(
             problems,
             "leftover boxes",
-            f"{len(orphaned)} box(es) whose pybox process is gone",
+            f"{plural(len(orphaned), 'box', 'boxes')} whose pybox process is gone",
             "pybox sweep",
         )
