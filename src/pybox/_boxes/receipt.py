@@ -138,7 +138,9 @@ def _engine_observed(record: RunRecord) -> EngineObserved:
     posture = record.posture
     started = record.box_started
     # A box kept for its next program has not ended: the engine reports no exit for it.
-    ended = started and bool(state) and not record.box_kept
+    # Nor has one still running at the final inspect, whatever ExitCode says (0 until it
+    # ends): pybox stopped waiting for its returned files (issue 12).
+    ended = started and bool(state) and not record.box_kept and not state.get("Running")
     return EngineObserved(
         container_id=record.container_id,
         container_name=record.spec.name if record.create_sent else None,
