@@ -338,7 +338,7 @@ def test_bootstrap_failure_after_exit_keeps_the_programs_status(
     assert [f.path for f in outcome.output_files] == ["a.txt"]
     reason = _unknown(receipt)["returned files"]
     assert "the bootstrap failed while sending them (OSError: [Errno 36]" in reason
-    assert "the 1 file(s) received before that are kept" in reason
+    assert "the 1 file received before that is kept" in reason
     assert engine.attachments[0].container.acked  # the box was let go at once
 
 
