@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pybox._features.verify.judges import CaseResult, Fact
+from pybox._features.verify.verdict import CaseResult, Fact
 from pybox._frontends.cli import _exec, main
 from pybox._frontends.cli._common import MARK_ON, TERMINAL_RESET, say
 from pybox._frontends.cli._verify import case_line
