@@ -5,6 +5,10 @@ polls it (`get_result`) or stops it (`stop_run`). The server keeps the most rece
 finished runs (and their returned files, in a private temporary directory)
 for the resources `pybox://runs/{run_id}`; nothing outlives the server.
 
+While a run runs, its output arrives in `Run.live` (at most the run's output
+cap per stream), so `get_result` and progress notifications can show it; once
+the run has finished its outcome holds the output and the live bytes are let go.
+
 Kept files have a byte budget (`--keep-files-mib`): when a finished run takes
 the total above it, the oldest runs' files are deleted from disk first, and a
 read of one of them says so. A read sends at most `--max-read-mib` of a file.
@@ -27,6 +31,7 @@ from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._core.errors import ConfigError, LimitExceeded, PyboxError
 from pybox._core.limits import MIB, Limits
 from pybox._core.request import PreparedRun, RunRequest
+from pybox._frontends.mcp._live import LiveOutput
 from pybox._orchestration.session import Session
 
 KEEP_FINISHED_RUNS = 50
@@ -53,6 +58,10 @@ class Run:
     stop_requested: bool = False
     files_bytes: int = 0  # on disk, once finished
     files_evicted: bool = False  # deleted to keep the server's files within budget
+    live: LiveOutput = field(init=False)  # the output so far, while it runs
+
+    def __post_init__(self) -> None:
+        self.live = LiveOutput(self.prepared.limits.output_bytes)
 
     @property
     def run_id(self) -> str:
@@ -148,7 +157,7 @@ class RunRegistry:
     def _execute(self, run: Run, on_done: Callable[[Run], None] | None) -> None:
         try:
             run.outcome = self._session.run(
-                run.prepared, files_dir=run.files_dir, cancel=run.cancel
+                run.prepared, files_dir=run.files_dir, cancel=run.cancel, on_event=run.live.on_event
             )
         except RunInterrupted as stop:
             run.outcome = stop.outcome
@@ -164,6 +173,8 @@ class RunRegistry:
             # Within budget before anyone hears the run ended (and counts its files).
             self._evict_finished(run)
             run.done.set()
+            # After `done`: a reader that finds the live bytes gone knows the outcome is there.
+            run.live.release()
             if on_done is not None:
                 on_done(run)
 
