@@ -138,8 +138,8 @@ class LiveOutput:
             )
             self._write(name, kept[self._taken[name] :], final=True)
         notes = [
-            f"pybox: {name} was closed before the program's output ended; "
-            "the rest of it was not shown (the receipt counts all of it)."
+            f"pybox: {name} was closed (its reader went away); the rest of the "
+            f"program's {name} was not shown (the receipt counts all of it)."
             for name, stream in self._streams.items()
             if stream.closed
         ]
