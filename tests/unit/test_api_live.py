@@ -10,31 +10,19 @@ import pytest
 
 import pybox
 from pybox._adapters.state import StateStore
-from pybox._core import wire
 from pybox._core.errors import EngineAPIError
 from pybox._core.events import OutputChunk, RunEnded, RunEvent, RunStarted
 from pybox._frontends import api
 from pybox._orchestration.live import EitherEvent, EventPump
 from pybox._orchestration.session import Session
-from tests.unit.fake_engine import FakeEngine, Script, frame, json_frame
+from tests.unit.fake_engine import FakeEngine, Script
+from tests.unit.test_run_events import _interleaved
 
 
 @pytest.fixture
 def client(monkeypatch: pytest.MonkeyPatch, session: Session) -> api.Client:
     monkeypatch.setattr(Session, "open", classmethod(lambda cls, *a, **k: session))
     return api.Client(warm_pool=False)
-
-
-def _interleaved() -> bytes:
-    return b"".join(
-        [
-            frame(wire.K_STARTED, b"{}"),
-            frame(wire.K_STDOUT, b"one\n"),
-            frame(wire.K_STDERR, b"warn\n"),
-            frame(wire.K_STDOUT, b"two\n"),
-            json_frame(wire.K_EXIT, {"exit_code": 0, "backstop": False}),
-        ]
-    )
 
 
 def test_the_event_types_are_public() -> None:
