@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from pybox._core.display import escape_lines, escape_text
+from pybox._core.display import escape_lines, escape_text, plural
 from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
 from pybox._core.limits import BUILTIN_DEFAULTS, FIELDS_BY_KEY, LimitField, parse_user_value
 from pybox._core.receipt import Receipt, Status
@@ -209,6 +209,11 @@ def say_after_output(lines: list[str], stream: TextIO, output_ended_line: bool) 
         stream.write("\n")
     stream.write("\n".join(safe) + "\n")
     stream.flush()
+
+
+def boxes_exist(count: int) -> str:
+    """`1 pybox box exists`, `3 pybox boxes exist`."""
+    return f"{plural(count, 'pybox box', 'pybox boxes')} {'exists' if count == 1 else 'exist'}"
 
 
 def progress(message: str) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pybox._boxes.outputs import stage_private
 from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._core.errors import ConfigError, LimitExceeded, PyboxError
 from pybox._core.limits import MIB, Limits
@@ -87,8 +87,10 @@ class RunRegistry:
         *,
         keep_files_bytes: int = DEFAULT_KEEP_FILES_BYTES,
         read_max_bytes: int = DEFAULT_READ_MAX_BYTES,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self._session = session
+        self._log = log
         self.keep_finished = keep_finished
         self.keep_files_bytes = keep_files_bytes
         self.read_max_bytes = read_max_bytes
@@ -135,7 +137,12 @@ class RunRegistry:
 
     def _files_root_dir(self) -> Path:
         if self._files_root is None:
-            self._files_root = Path(tempfile.mkdtemp(prefix="pybox-mcp-files-"))
+            # Named after this server: one killed with files kept is swept by the next.
+            staged = stage_private()
+            self._files_root = staged.staging
+            for stale in staged.swept:
+                if self._log is not None:
+                    self._log(f"removed {stale}: returned files of a pybox that was killed")
         return self._files_root
 
     def _execute(self, run: Run, on_done: Callable[[Run], None] | None) -> None:
@@ -250,7 +257,9 @@ def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def registry_from_args(session: Session, args: argparse.Namespace) -> RunRegistry:
+def registry_from_args(
+    session: Session, args: argparse.Namespace, log: Callable[[str], None] | None = None
+) -> RunRegistry:
     if args.keep_files_mib < 0:
         raise ConfigError(f"--keep-files-mib must be 0 or more, not {args.keep_files_mib}.")
     if args.max_read_mib < 1:
@@ -259,4 +268,5 @@ def registry_from_args(session: Session, args: argparse.Namespace) -> RunRegistr
         session,
         keep_files_bytes=args.keep_files_mib * MIB,
         read_max_bytes=args.max_read_mib * MIB,
+        log=log,
     )
