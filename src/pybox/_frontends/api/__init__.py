@@ -33,7 +33,7 @@ from pybox._frontends.api._options import (
 from pybox._frontends.api._results import OutputFile, RunResult, _result
 from pybox._orchestration.live import EventPump, EventStream
 from pybox._orchestration.session import Session
-from pybox._orchestration.staging import OutputStaging
+from pybox._orchestration.staging import OutputStaging, check_destination
 
 __all__ = [
     "Client",
@@ -263,9 +263,11 @@ class Client:
             env=_env(env),
             stdin_bytes=b"" if stdin is None else stdin,
         )
-        session = self._session
-        prepared = session.prepare(request)  # refused before the file system is touched
         destination = Path(output_dir) if output_dir is not None else None
+        if destination is not None:
+            check_destination(destination)  # bad input is named before the engine is asked
+        session = self._session
+        prepared = session.prepare(request)  # refused before anything is staged
         return _Job(prepared, session.stage_outputs(prepared, destination), destination)
 
     def _finish(

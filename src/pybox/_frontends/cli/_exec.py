@@ -30,6 +30,7 @@ from pybox._frontends.cli._common import (
     status_exit_code,
 )
 from pybox._frontends.cli._live import LiveOutput
+from pybox._orchestration.staging import check_destination
 
 EXEC_JSON_VERSION = 1
 
@@ -102,10 +103,12 @@ def _json_error(exc: PyboxError) -> str:
 def cmd_exec(args: argparse.Namespace) -> int:
     try:
         request = _exec_request(args)
+        destination = Path(args.output).absolute() if args.output is not None else None
+        if destination is not None:
+            check_destination(destination)  # bad input is named before the engine is asked
         session = open_session(args)
         # A bad request is refused before the engine is touched; nothing is staged yet.
         prepared = session.prepare(request)
-        destination = Path(args.output).absolute() if args.output is not None else None
         staging = session.stage_outputs(prepared, destination)
         for stale in staging.swept if staging is not None else ():
             say(f"pybox: removed {stale}: partial files of a pybox that was killed")
