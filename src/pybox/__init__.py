@@ -30,6 +30,7 @@ from pybox._version import __version__
 # checkers treat any constant of that name alike.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pybox._core.events import FileReturned, OutputChunk, RunEnded, RunEvent, RunStarted
     from pybox._core.receipt import RECEIPT_VERSION, Receipt, Status
     from pybox._core.repair import (
         REPAIR_VERSION,
@@ -42,32 +43,51 @@ if TYPE_CHECKING:
         StopReason,
     )
     from pybox._core.request import InputFile
-    from pybox._frontends.api import Client, OutputFile, RunResult, repair, run_container
+    from pybox._frontends.api import (
+        Client,
+        OutputFile,
+        RunResult,
+        RunStream,
+        repair,
+        run_container,
+        stream_container,
+    )
 
 # Public name -> the module that defines it.
 _LAZY = {
-    "RECEIPT_VERSION": "pybox._core.receipt",
-    "Receipt": "pybox._core.receipt",
-    "Status": "pybox._core.receipt",
-    "REPAIR_VERSION": "pybox._core.repair",
-    "RepairBudget": "pybox._core.repair",
-    "RepairGoal": "pybox._core.repair",
-    "RepairModel": "pybox._core.repair",
-    "RepairReport": "pybox._core.repair",
-    "RepairRound": "pybox._core.repair",
-    "RepairRun": "pybox._core.repair",
-    "StopReason": "pybox._core.repair",
+    **dict.fromkeys(
+        ("FileReturned", "OutputChunk", "RunEnded", "RunEvent", "RunStarted"), "pybox._core.events"
+    ),
+    **dict.fromkeys(("RECEIPT_VERSION", "Receipt", "Status"), "pybox._core.receipt"),
+    **dict.fromkeys(
+        (
+            "REPAIR_VERSION",
+            "RepairBudget",
+            "RepairGoal",
+            "RepairModel",
+            "RepairReport",
+            "RepairRound",
+            "RepairRun",
+            "StopReason",
+        ),
+        "pybox._core.repair",
+    ),
     "InputFile": "pybox._core.request",
-    "Client": "pybox._frontends.api",
-    "OutputFile": "pybox._frontends.api",
-    "RunResult": "pybox._frontends.api",
-    "repair": "pybox._frontends.api",
-    "run_container": "pybox._frontends.api",
+    **dict.fromkeys(
+        (
+            "Client",
+            "OutputFile",
+            "RunResult",
+            "RunStream",
+            "repair",
+            "run_container",
+            "stream_container",
+        ),
+        "pybox._frontends.api",
+    ),
 }
 
-
 __getattr__, __dir__ = lazy_names(globals(), _LAZY)
-
 
 __all__ = [
     "RECEIPT_VERSION",
@@ -77,11 +97,13 @@ __all__ = [
     "ConfigError",
     "EngineError",
     "EngineUnavailable",
+    "FileReturned",
     "ImageError",
     "InputFile",
     "InvalidRequest",
     "LimitExceeded",
     "ModelError",
+    "OutputChunk",
     "OutputFile",
     "PyboxError",
     "Receipt",
@@ -92,11 +114,16 @@ __all__ = [
     "RepairRound",
     "RepairRun",
     "RequestRejected",
+    "RunEnded",
+    "RunEvent",
     "RunResult",
+    "RunStarted",
+    "RunStream",
     "SandboxError",
     "Status",
     "StopReason",
     "__version__",
     "repair",
     "run_container",
+    "stream_container",
 ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
 import threading
 from pathlib import Path
 
@@ -36,6 +38,24 @@ def test_run_container_as_in_the_readme() -> None:
     assert result.output_files[0].sha256 == hashlib.sha256(b"3").hexdigest()
     assert isinstance(result.receipt, pybox.Receipt)
     assert result.receipt.to_dict()["receipt_version"] == 1
+
+
+def test_files_returned_in_memory_sweep_a_killed_pybox_s_staging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Collected without output_dir, the files are staged in the temporary folder,
+    # named after their owner: what a killed pybox left there is removed and named.
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    stale = tmp_path / f".pybox-staging-{socket.gethostname()}:{os.getpid()}:1-abcd1234"
+    stale.mkdir()
+    (stale / "half.bin").write_bytes(b"untrusted")
+    result = run_container(
+        "import os\nopen(os.environ['PYBOX_OUTPUT_DIR'] + '/r.txt', 'w').write('ok')\n",
+        collect_outputs=True,
+    )
+    assert result.ok and [(f.path, f.data) for f in result.output_files] == [("r.txt", b"ok")]
+    assert result.stale_staging_removed == (stale,)
+    assert list(tmp_path.iterdir()) == []  # its own staging is gone too
 
 
 def test_output_dir_is_written_all_at_once(tmp_path: Path) -> None:

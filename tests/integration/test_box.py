@@ -372,7 +372,7 @@ def test_io_uring_and_the_denied_calls_fail_with_eperm_under_pybox_s_profile(
     from pybox._core.limits import Policy
     from pybox._core.seccomp import ENGINE_APPARMOR_PROFILE, profile_sha256
     from pybox._engine import DockerEngine
-    from pybox._features.verify.judges import case_source
+    from pybox._features.verify.verdict import case_source
 
     # An engine connection of this test's own, whose inspect answers are kept:
     # the first one is the read-back of the run's box before start.

@@ -137,3 +137,51 @@ def test_twenty_thousand_output_files_succeed_with_a_capped_list(
     assert {s.reason for s in skipped} == {"over the returned-files count cap"}
     more = 20000 - cap - len(skipped)
     assert f"{more} more files were not returned" in _unknown(receipt)["the other skipped files"]
+
+
+# Fills the box's memory with its output folder's directory entries and one file
+# until a megabyte is left, then exits 5: listing those entries after the exit
+# report takes the bootstrap over the memory limit, and the engine records 137.
+OOM_AFTER_EXIT = """
+import os
+def counter(*paths):
+    for path in paths:
+        try:
+            return int(open(path).read().split()[0])
+        except (OSError, ValueError):
+            pass
+    raise SystemExit("no memory counters in the box")
+used = lambda: counter("/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes")
+limit = counter("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+os.mkdir("/pybox/output/many")
+for i in range(40000):
+    open("/pybox/output/many/%06d%s" % (i, "n" * 200), "w").close()
+with open("/pybox/output/fill", "wb") as handle:
+    while used() < limit - (1 << 20):
+        handle.write(b"x" * (256 << 10))
+        handle.flush()
+print("exiting with 5", flush=True)
+raise SystemExit(5)
+"""
+
+
+def test_a_box_killed_while_returning_files_keeps_the_programs_status(
+    session: Session, tmp_path: Path
+) -> None:
+    request = RunRequest(
+        code=OOM_AFTER_EXIT.encode(),
+        collect_outputs=True,
+        limits=LimitRequest(memory_bytes=128 * MIB, writable_bytes=256 * MIB, timeout_s=120),
+    )
+    outcome = session.run(request, files_dir=tmp_path)
+    receipt = outcome.receipt
+    assert outcome.stdout == b"exiting with 5\n", outcome.stderr[-2000:]
+    assert receipt.reported_by_program.exit_code == 5
+    if receipt.observed_by_engine.exit_code == 5:
+        pytest.skip("the bootstrap listed the files within the memory left on this kernel")
+    # The program failed with 5; what happened to the box after that is not its status.
+    assert (receipt.status.value, receipt.exit_code) == ("failed", 5), receipt.cause
+    assert receipt.cause.summary == "the program exited with code 5"
+    assert receipt.cause.evidence[0] == "the box reported exit code 5 (untrusted)"
+    assert "which is not the program's" in receipt.cause.evidence[-1]
+    assert "returned files" in _unknown(receipt)

@@ -17,7 +17,7 @@ from typing import Any
 
 from pybox._adapters.confinement import host_apparmor
 from pybox._core import wire
-from pybox._core.errors import EngineAPIError
+from pybox._core.errors import EngineAPIError, EngineError
 from pybox._core.posture import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS
 from pybox._engine import EngineEndpoint, JSONObject
 from pybox._inbox import bootstrap_source
@@ -55,6 +55,9 @@ class Script:
     backstop: bool = False
     # Exact bytes the box sends after its exit report, instead of files and files-done.
     after_exit: bytes | None = None
+    # After its exit report the box never ends by itself, and the engine's wait
+    # times out: a box still returning files when pybox gives up on it.
+    stuck_after_exit: bool = False
 
 
 def frame(kind: bytes, data: bytes = b"") -> bytes:
@@ -77,6 +80,7 @@ class FakeContainer:
     header: dict[str, Any] | None = None
     acked: bool = False
     killed: bool = False
+    stuck: bool = False  # running after its exit report until killed or removed
     files: bytes = b""  # the code and the inputs, as sent
 
 
@@ -176,6 +180,7 @@ class FakeAttach:
                 )
             )
         self.container.oom_killed = script.oom_killed
+        self.container.stuck = script.stuck_after_exit
 
     def _end(self, exit_code: int) -> None:
         # With `late_exit`, the engine records the end only once someone waits for it.
@@ -208,7 +213,8 @@ class FakeAttach:
             self._ready()
         elif data == wire.ACK:
             self.container.acked = True
-            self._end(self.script.exit_code)
+            if not self.container.stuck:
+                self._end(self.script.exit_code)
 
     def read(self, timeout_s: float) -> tuple[int, bytes] | None:
         hook = self.engine.on_read
@@ -402,6 +408,11 @@ class FakeEngine:
     def wait_container(self, container_id: str, timeout_s: float) -> int:
         self._call("wait", container_id)
         container = self.containers[container_id]
+        if container.stuck:
+            raise EngineError(
+                f"The engine did not answer POST /containers/{container_id}/wait within "
+                f"{timeout_s:g} s."
+            )
         container.state = "exited"
         return container.exit_code
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pybox._features.verify.judges import CaseResult, Fact
+from pybox._features.verify.verdict import CaseResult, Fact
 from pybox._frontends.cli import _exec, main
 from pybox._frontends.cli._common import MARK_ON, TERMINAL_RESET, say
 from pybox._frontends.cli._verify import case_line
@@ -140,3 +140,11 @@ def test_verify_lines_fit_80_columns() -> None:
     assert text.startswith("FAIL memory_bomb: allocate memory")
     assert all(len(line) <= 80 for line in text.split("\n"))
     assert "\x1b" not in text and "\\x1b[31mred" in text.replace("\n    ", "")
+
+
+def test_box_counts_agree_with_their_number() -> None:
+    from pybox._frontends.cli._common import boxes_exist
+
+    assert boxes_exist(0) == "0 pybox boxes exist"
+    assert boxes_exist(1) == "1 pybox box exists"
+    assert boxes_exist(2) == "2 pybox boxes exist"

@@ -140,6 +140,20 @@ def test_skipped_files_are_summarised_on_one_line(
     assert len(receipt.reported_by_program.output_files_skipped) == 50  # all kept in the record
 
 
+def test_more_skipped_files_than_listed_are_not_summarised_as_the_listed_count(
+    session: Session, engine: FakeEngine, tmp_path: Path
+) -> None:
+    # 150 skipped, 100 listed: "100 output files not returned" would be false.
+    receipt = _receipt(session, engine, tmp_path, files=[(f"bad\x07{i}", b"") for i in range(150)])
+    lines = receipt.summary_lines()
+    [skipped] = [line for line in lines if line.startswith("  skipped:")]
+    assert skipped.startswith(
+        "  skipped: 100 output files listed as not returned, and more (see unknown): 'bad\\x070'"
+    )
+    assert skipped.endswith("; 97 more listed in the receipt")
+    assert "  unknown: the other skipped files: 50 more files were not returned" in "\n".join(lines)
+
+
 def test_every_box_sourced_field_of_the_summary_is_escaped(
     session: Session, engine: FakeEngine, tmp_path: Path
 ) -> None:

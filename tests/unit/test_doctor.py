@@ -8,10 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from pybox._core.errors import EngineUnavailable
 from pybox._engine import DockerEngine, EngineEndpoint
 from pybox._engine.errors import unreachable
 from pybox._frontends.cli import main
-from pybox._orchestration.doctor import ENGINE_UNREACHABLE, access_step, diagnose
+from pybox._orchestration.doctor import (
+    ENGINE_UNREACHABLE,
+    START_ENGINE,
+    access_step,
+    diagnose,
+    engine_next_step,
+)
 
 
 @pytest.fixture
@@ -30,8 +37,8 @@ def test_an_unreachable_engine_fails_and_counts_nothing(
     out = capsys.readouterr().out
     assert f"boxes:  {ENGINE_UNREACHABLE}" in out
     assert f"images: {ENGINE_UNREACHABLE}" in out
-    assert "0 pybox box(es)" not in out
-    assert "NOT ok: 1 problem(s) found" in out
+    assert "0 pybox box" not in out
+    assert "NOT ok: 1 problem found" in out
     assert "no problems found" not in out
 
 
@@ -47,9 +54,19 @@ def test_the_json_report_has_ok_and_says_what_it_did_not_check(
     assert report["engine"]["reachable"] is False
 
 
-def test_a_socket_that_does_not_exist_says_install_and_start(no_engine: Path) -> None:
+def test_a_docker_host_socket_that_does_not_exist_names_docker_host(no_engine: Path) -> None:
     report = diagnose(os.environ)
-    assert report["next"] == ["sudo apt-get install docker.io && sudo systemctl start docker"]
+    (step,) = report["next"]
+    assert step.startswith(f"DOCKER_HOST names {no_engine}, which does not exist")
+    assert "sudo apt-get install docker.io && sudo systemctl start docker" in step
+
+
+def test_a_usual_socket_that_does_not_exist_says_install_and_start() -> None:
+    missing = FileNotFoundError(2, "No such file or directory")
+    exc = EngineUnavailable("Cannot reach the container engine")
+    exc.__cause__ = missing
+    step = engine_next_step(exc, "/var/run/docker.sock", START_ENGINE, found_by="usual path")
+    assert step == "sudo apt-get install docker.io && sudo systemctl start docker"
 
 
 def test_permission_denied_says_join_the_group_not_start_docker(

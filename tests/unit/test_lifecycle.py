@@ -338,7 +338,7 @@ def test_bootstrap_failure_after_exit_keeps_the_programs_status(
     assert [f.path for f in outcome.output_files] == ["a.txt"]
     reason = _unknown(receipt)["returned files"]
     assert "the bootstrap failed while sending them (OSError: [Errno 36]" in reason
-    assert "the 1 file(s) received before that are kept" in reason
+    assert "the 1 file received before that is kept" in reason
     assert engine.attachments[0].container.acked  # the box was let go at once
 
 
@@ -351,6 +351,33 @@ def test_protocol_break_after_exit_keeps_the_programs_status(
     assert receipt.status is Status.SUCCEEDED
     assert receipt.exit_code == 0
     assert "the box broke the protocol while sending them" in _unknown(receipt)["returned files"]
+
+
+def test_a_box_still_running_after_its_exit_report_is_no_exit_code_0(
+    session: Session, engine: FakeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A box still returning files when pybox stops waiting: the engine's view of
+    a running box says ExitCode 0, which is no exit code at all (it made a
+    program that exited 5 `succeeded, exit 0`)."""
+    from tests.unit.fake_engine import json_frame
+
+    monkeypatch.setattr("pybox._boxes.program.DRAIN_AFTER_EXIT_S", 0.2)
+    engine.script = Script(
+        exit_code=5,
+        after_exit=json_frame(wire.K_FILE, {"path": "a.txt", "size": 10})
+        + frame(wire.K_DATA, b"abc"),
+        stuck_after_exit=True,
+    )
+    receipt = session.run(
+        request(collect_outputs=True, limits=LimitRequest(output_files_bytes=1024)),
+        files_dir=tmp_path,
+    ).receipt
+    assert receipt.observed_by_engine.state == "running"
+    assert receipt.observed_by_engine.exit_code is None
+    assert (receipt.status, receipt.exit_code) == (Status.FAILED, 5)
+    assert "untrusted" in receipt.cause.evidence[0]
+    assert "returned files" in _unknown(receipt)
+    assert engine.containers == {}  # removed all the same
 
 
 def test_protocol_break_before_exit_is_still_a_sandbox_error(

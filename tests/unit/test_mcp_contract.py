@@ -323,6 +323,13 @@ def test_env_is_in_the_input_schema(peer: Peer) -> None:
         jsonschema.validate({"code": "", "env": {"BAD-NAME": "x"}}, schema)
 
 
+def test_the_files_argument_says_they_are_read_by_plain_name(peer: Peer) -> None:
+    # Agents of other sandboxes open("data.csv") and import helper: the schema says it works.
+    for tool in ("run_python", "start_run"):
+        text = tools(peer)[tool]["inputSchema"]["properties"]["files"]["description"]
+        assert "open('data.csv')" in text and "import helper" in text
+
+
 # -- the sweep the server made at start -----------------------------------------------------------
 
 

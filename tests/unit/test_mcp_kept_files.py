@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pybox._adapters.state import StateStore
+from pybox._frontends.mcp import ServerOptions, build_dispatcher
 from pybox._frontends.mcp._runs import RunRegistry
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
@@ -86,3 +89,27 @@ def test_capabilities_tell_the_budget_and_the_read_cap(peer: Peer) -> None:
     persistence = json.loads(read["contents"][0]["text"])["persistence"]
     assert persistence["kept_files_bytes_max"] == 1024 * KIB * KIB
     assert persistence["read_max_bytes"] == 16 * KIB * KIB
+
+
+def test_a_killed_servers_kept_files_are_removed_by_the_next(
+    engine: FakeEngine, state: StateStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server SIGKILLed with returned files kept left them in the temporary folder
+    # for good; the next server's first kept files sweep them, and it says so.
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    dead = f"{socket.gethostname()}:{os.getpid()}:1"  # this pid, another start: dead
+    stale = tmp_path / f".pybox-staging-{dead}-abcd1234"
+    (stale / "0123456789abcdef").mkdir(parents=True)
+    (stale / "0123456789abcdef" / "data.bin").write_bytes(b"x" * 1000)
+    logged: list[str] = []
+    session = make_session(engine, state)
+    peer = Peer(session)
+    peer.dispatcher = build_dispatcher(
+        session, ServerOptions(), RunRegistry(session, log=logged.append)
+    )
+    run = run_with_file(peer, engine, "out.txt", 10)
+    assert not stale.exists()
+    assert logged == [f"removed {stale}: returned files of a pybox that was killed"]
+    [root] = {r.files_dir.parent for r in registry(peer).recent() if r.files_dir is not None}
+    assert root.parent == tmp_path and root.name.startswith(".pybox-staging-")
+    assert (root / run["run_id"] / "out.txt").read_bytes() == b"x" * 10

@@ -438,6 +438,30 @@ def test_http_tool_call_streams_progress_then_the_result(
     assert events[-1]["result"]["structuredContent"]["stdout"] == "ok\n"
 
 
+def test_http_progress_carries_the_output_while_the_run_runs(
+    http_server: HttpServer, engine: FakeEngine
+) -> None:
+    engine.script = Script(stdout=b"live line\n", hang=True)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 4,
+        "method": "tools/call",
+        "params": {
+            "_meta": {**MODERN_META, "progressToken": "p"},
+            "name": "run_python",
+            "arguments": {"code": "...", "limits": {"timeout_s": 1}},
+        },
+    }
+    headers = {**MODERN_HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": "run_python"}
+    status, _, body = post(http_server, call, headers)
+    events = [
+        json.loads(chunk.split(b"data: ", 1)[1]) for chunk in body.split(b"\n\n") if chunk.strip()
+    ]
+    notices = [e["params"]["message"] for e in events if "method" in e]
+    assert status == 200 and any("begin program stdout" in m and "live line" in m for m in notices)
+    assert events[-1]["result"]["structuredContent"]["status"] == "timed_out"
+
+
 def test_http_refuses_a_huge_body(http_server: HttpServer) -> None:
     host_port = http_server.url.split("/")[2]
     conn = http.client.HTTPConnection(host_port, timeout=30)

@@ -162,7 +162,7 @@ def test_staging_kept_under_a_folder_is_named_by_the_run_id(
 def test_temporary_staging_is_discarded(session: Session) -> None:
     staging = session.stage_outputs(_prepared(session))
     assert staging is not None and staging.destination is None
-    assert staging.files_dir.name.startswith("pybox-outputs-")
+    assert staging.files_dir.name.startswith(".pybox-staging-")  # owner-named, swept if killed
     staging.discard()
     assert not staging.files_dir.exists()
 

@@ -18,6 +18,7 @@ from pybox._boxes.outputs import (
     prepare_destination,
     publish,
     stage_destination,
+    stage_private,
     sweep_stale_staging,
 )
 from pybox._core.errors import InvalidRequest, PyboxError
@@ -522,6 +523,23 @@ def test_stale_staging_of_a_dead_owner_is_swept_at_the_next_run(tmp_path: Path) 
     assert not stale.exists()
     assert (tmp_path / "keep.txt").read_text() == "mine"  # the link was not followed
     assert live.is_dir() and unknown.is_dir() and old_style.is_dir()
+
+
+def test_private_staging_is_named_after_its_owner_and_sweeps_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Returned files without a destination (the API's in memory, an MCP server's kept
+    # files) go to the temporary folder: a killed pybox's are removed there too.
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    stale = tmp_path / f".pybox-staging-{DEAD}-abcd1234"
+    (stale / "run").mkdir(parents=True)
+    (stale / "run" / "big.bin").write_bytes(b"untrusted")
+    live = tmp_path / f".pybox-staging-{ALIVE}-efgh5678"
+    live.mkdir()
+    staged = stage_private(owner=ALIVE, alive=alive)
+    assert staged.staging.parent == tmp_path
+    assert staged.staging.name.startswith(f".pybox-staging-{ALIVE}-")
+    assert staged.swept == (stale,) and not stale.exists() and live.is_dir()
 
 
 def test_a_link_named_like_stale_staging_is_left_alone(tmp_path: Path) -> None:

@@ -202,7 +202,7 @@ def test_a_stopped_claim_means_nothing_in_a_one_program_box() -> None:
     # Only protocol 2 has stops: a protocol-1 box that claims one still owes its files.
     claimed = record(collect_outputs=True, exit_info={"exit_code": 0, "stopped": True})
     facts = [u.reason for u in build_receipt(claimed).unknown]
-    assert any("before it reported the end of the transfer" in reason for reason in facts)
+    assert any("did not report the end of the transfer" in reason for reason in facts)
 
 
 def test_a_warm_box_and_the_records_own_unknowns() -> None:

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from pybox._adapters.model_providers import open_provider, retry_after_s
+from pybox._adapters.model_providers import open_provider
+from pybox._adapters.model_providers.http_api import retry_after_s
 from pybox._core.errors import (
     ConfigError,
     InvalidRequest,

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pybox._adapters.model_providers import OpenAIProvider, open_provider, scrub_secret
+from pybox._adapters.model_providers import open_provider
+from pybox._adapters.model_providers.http_api import scrub_secret
+from pybox._adapters.model_providers.openai import OpenAIProvider
 from pybox._core.errors import ConfigError, ModelError
 from pybox._core.repair import Prompt, RepairModel
 from pybox._frontends.cli import _repair, main

@@ -70,7 +70,8 @@ def test_setup_with_no_engine_names_the_fix_and_what_the_build_needs(
     assert main(["setup"]) == 125
     err = capsys.readouterr().err
     assert "engine: UNREACHABLE: Cannot reach the container engine" in err
-    assert "next: sudo apt-get install docker.io && sudo systemctl start docker" in err
+    assert f"next: DOCKER_HOST names {tmp_path / 'docker.sock'}, which does not exist" in err
+    assert "sudo apt-get install docker.io && sudo systemctl start docker" in err
     assert "  build:  as " in err and "it needs:" in err
     assert "Nothing was changed." in err
     assert not (tmp_path / "state").exists()

@@ -313,3 +313,43 @@ def test_box_reported_signal_with_kernel_oom_evidence_is_oom() -> None:
     )
     assert status is Status.OUT_OF_MEMORY
     assert code == 137
+
+
+# --- an end after the box's exit report is not the program's (issue 12) ------------------
+
+
+@pytest.mark.parametrize(
+    ("engine_code", "oom", "reported", "status"),
+    [
+        (137, True, 5, Status.FAILED),  # out of memory while listing the returned files
+        (137, True, 0, Status.SUCCEEDED),
+        (137, False, 5, Status.FAILED),  # removed by pybox when the files took too long
+        (124, False, 5, Status.FAILED),  # the bootstrap gave up on a frozen pybox
+        (125, False, 0, Status.SUCCEEDED),
+        (137, False, -15, Status.FAILED),  # its own SIGTERM, then killed
+    ],
+)
+def test_a_box_ended_after_its_exit_report_keeps_the_programs_status(
+    engine_code: int, oom: bool, reported: int, status: Status
+) -> None:
+    found, cause, code = classify(
+        evidence(
+            engine_exit_code=engine_code,
+            engine_oom_killed=oom,
+            kernel_oom_kills=1 if oom else 0,
+            reported_exit_code=reported,
+        )
+    )
+    own = 128 - reported if reported < 0 else reported
+    assert (found, code) == (status, own)
+    assert cause.evidence[0] == f"the box reported exit code {own} (untrusted)"
+    assert f"the engine reports exit code {engine_code}" in cause.evidence[-1]
+    assert "not the program's" in cause.evidence[-1]
+    assert ("an OOM kill" in cause.evidence[-1]) is oom
+
+
+def test_the_same_end_in_the_report_and_the_engine_is_judged_as_before() -> None:
+    status, _, code = classify(
+        evidence(engine_exit_code=137, engine_oom_killed=True, reported_exit_code=-9)
+    )
+    assert (status, code) == (Status.OUT_OF_MEMORY, 137)

@@ -22,24 +22,24 @@ from pybox._boxes.record import RunOutcome
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, box_user, requirements
 from pybox._core.request import RunRequest
-from pybox._features.verify.judges import (
-    FLOOD_STDERR_BYTES,
-    FLOOD_STDOUT_BYTES,
-    CaseResult,
-    Fact,
+from pybox._features.verify.case_runs import run_posture
+from pybox._features.verify.escape_judges import (
     ListenerReport,
-    Verdict,
-    case_source,
-    judge_cpu_spin,
-    judge_disk_fill,
-    judge_fork_bomb,
     judge_host_files,
-    judge_memory_bomb,
     judge_network,
-    judge_output_flood,
     judge_privilege,
     judge_seccomp,
     judge_secrets,
+)
+from pybox._features.verify.harness import Case, Suite
+from pybox._features.verify.limit_judges import (
+    FLOOD_STDERR_BYTES,
+    FLOOD_STDOUT_BYTES,
+    judge_cpu_spin,
+    judge_disk_fill,
+    judge_fork_bomb,
+    judge_memory_bomb,
+    judge_output_flood,
     judge_timeout_evasion,
 )
 from pybox._features.verify.posture_case import (
@@ -49,7 +49,8 @@ from pybox._features.verify.posture_case import (
     Weakening,
     judge_weakened,
 )
-from pybox._features.verify.suite import CASES, Case, Suite, run_posture, run_suite
+from pybox._features.verify.suite import CASES, run_suite
+from pybox._features.verify.verdict import CaseResult, Fact, Verdict, case_source
 from pybox._frontends.cli._verify import case_line, verify_json
 from pybox._orchestration.session import Session
 from tests.unit.conftest import OWNER, make_session

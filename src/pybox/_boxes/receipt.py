@@ -12,6 +12,7 @@ from typing import Any
 
 from pybox._boxes.record import RunRecord
 from pybox._core import wire
+from pybox._core.display import plural
 from pybox._core.posture import INPUT_DIR, OUTPUT_DIR, PYBOX_ROOT, TMP_DIR
 from pybox._core.receipt import (
     Configured,
@@ -138,7 +139,9 @@ def _engine_observed(record: RunRecord) -> EngineObserved:
     posture = record.posture
     started = record.box_started
     # A box kept for its next program has not ended: the engine reports no exit for it.
-    ended = started and bool(state) and not record.box_kept
+    # Nor has one still running at the final inspect, whatever ExitCode says (0 until it
+    # ends): pybox stopped waiting for its returned files (issue 12).
+    ended = started and bool(state) and not record.box_kept and not state.get("Running")
     return EngineObserved(
         container_id=record.container_id,
         container_name=record.spec.name if record.create_sent else None,
@@ -168,7 +171,7 @@ def _files_unknown(record: RunRecord) -> list[Unknown]:
         return [
             Unknown(
                 "returned files",
-                f"{record.files_lost}; the {received} file(s) received before that are kept",
+                f"{record.files_lost}; {_kept(received, ' before that')}",
             )
         ]
     report = record.files_report
@@ -176,14 +179,21 @@ def _files_unknown(record: RunRecord) -> list[Unknown]:
         return [
             Unknown(
                 "returned files",
-                f"the box ended before it reported the end of the transfer; "
-                f"the {received} file(s) received are kept",
+                # Said for a box that ended and for one pybox stopped waiting on alike.
+                f"the box did not report the end of the transfer; {_kept(received)}",
             )
         ]
     problem = report.get("problem")
     if isinstance(problem, str):
         return [Unknown("returned files", f"{problem[:300]} (the box's report)")]
     return []
+
+
+def _kept(received: int, when: str = "") -> str:
+    if received == 0:
+        return f"no file was received{when}"
+    verb = "is" if received == 1 else "are"
+    return f"the {plural(received, 'file')} received{when} {verb} kept"
 
 
 def _no_files_follow(record: RunRecord, exit_info: Mapping[str, Any]) -> bool:

@@ -23,8 +23,10 @@ from pybox._core.display import escape_text, plural, quoted
 from pybox._core.limits import FIELDS_BY_ATTR, MIB
 
 RECEIPT_VERSION = 1
-# The human summary names this many skipped files; the receipt lists them all.
+# The human summary names this many skipped files; the receipt lists the first 100.
 SKIPPED_SHOWN = 3
+# The `unknown` fact that counts the skipped files the receipt does not list.
+OTHER_SKIPPED_FACT = "the other skipped files"
 
 
 class Status(StrEnum):
@@ -354,7 +356,8 @@ def summarize(receipt: Receipt) -> list[str]:
         f"{' (truncated)' if program.stderr.truncated else ''}{files}"
     )
     if program.output_files_skipped:
-        lines.append(skipped_line(program.output_files_skipped))
+        unlisted = any(u.fact == OTHER_SKIPPED_FACT for u in receipt.unknown)
+        lines.append(skipped_line(program.output_files_skipped, unlisted))
     for unknown in receipt.unknown:
         lines.append(f"  unknown: {unknown.fact}: {unknown.reason}")
     # Names, reasons and messages may come from inside the box: no line may carry
@@ -362,9 +365,19 @@ def summarize(receipt: Receipt) -> list[str]:
     return [escape_text(line) for line in lines]
 
 
-def skipped_line(skipped: tuple[SkippedFile, ...]) -> str:
-    """One line however many files were skipped: the count and the first few, quoted."""
+def skipped_line(skipped: tuple[SkippedFile, ...], unlisted: bool = False) -> str:
+    """One line however many files were skipped: the count and the first few, quoted.
+
+    `unlisted`: more were skipped than the receipt lists (`unknown` counts them),
+    so the listed count is not the whole count and must not read as one.
+    """
     shown = "; ".join(f"{quoted(item.path)} ({item.reason})" for item in skipped[:SKIPPED_SHOWN])
     more = len(skipped) - SKIPPED_SHOWN
+    if unlisted:
+        rest = f"; {more} more listed in the receipt" if more > 0 else ""
+        count = (
+            f"{plural(len(skipped), 'output file')} listed as not returned, and more (see unknown)"
+        )
+        return f"  skipped: {count}: {shown}{rest}"
     rest = f"; {more} more in the receipt" if more > 0 else ""
     return f"  skipped: {plural(len(skipped), 'output file')} not returned: {shown}{rest}"

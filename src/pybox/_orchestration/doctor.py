@@ -20,6 +20,7 @@ from pybox._adapters.config import load_settings
 from pybox._adapters.confinement import host_apparmor, seccomp_profile
 from pybox._adapters.host_facts import owner_alive
 from pybox._adapters.state import StateStore
+from pybox._core.display import plural
 from pybox._core.errors import ConfigError, PyboxError
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
 from pybox._core.seccomp import (
@@ -77,13 +78,21 @@ def access_step(user: str, group: str, *, listed: bool, active: bool) -> str:
     )
 
 
-def engine_next_step(exc: BaseException, socket_path: str | None, start_hint: str) -> str:
+def engine_next_step(
+    exc: BaseException, socket_path: str | None, start_hint: str, *, found_by: str = ""
+) -> str:
     """The step that fixes why the engine could not be reached; never a guess past the cause."""
     if isinstance(exc, ConfigError):
         return "unset DOCKER_HOST, or set it to the engine's unix:// socket"
     cause = _cause(exc)
     if isinstance(cause, PermissionError) and socket_path:
         return socket_group_step(socket_path)
+    if isinstance(cause, FileNotFoundError) and socket_path and found_by == "DOCKER_HOST":
+        # The user chose this path: the fix may be the variable, not the engine.
+        return (
+            f"DOCKER_HOST names {socket_path}, which does not exist: point DOCKER_HOST at "
+            f"the engine's socket or unset it (no engine installed? {INSTALL_ENGINE})"
+        )
     if isinstance(cause, FileNotFoundError) or socket_path is None:
         return INSTALL_ENGINE if start_hint == START_ENGINE else start_hint
     return start_hint
@@ -125,10 +134,10 @@ def leftover_boxes(
 def engine_problem_step(environ: Mapping[str, str], exc: BaseException) -> str:
     """The next step for a local engine that could not be reached (for `pybox setup`)."""
     try:
-        socket_path: str | None = find_endpoint(environ).socket_path
+        endpoint = find_endpoint(environ)
     except PyboxError:
-        socket_path = None
-    return engine_next_step(exc, socket_path, START_ENGINE)
+        return engine_next_step(exc, None, START_ENGINE)
+    return engine_next_step(exc, endpoint.socket_path, START_ENGINE, found_by=endpoint.found_by)
 
 
 def _problem(problems: list[dict[str, str]], what: str, detail: str, next_step: str) -> None:
@@ -315,7 +324,10 @@ def _diagnose(
         info = engine.info()
     except PyboxError as exc:
         _problem(
-            problems, "engine", str(exc), engine_next_step(exc, endpoint.socket_path, start_hint)
+            problems,
+            "engine",
+            str(exc),
+            engine_next_step(exc, endpoint.socket_path, start_hint, found_by=endpoint.found_by),
         )
         return
     report["engine"].update(engine_facts(engine, info))
@@ -359,6 +371,6 @@ def _diagnose(
         _problem(
             problems,
             "leftover boxes",
-            f"{len(orphaned)} box(es) whose pybox process is gone",
+            f"{plural(len(orphaned), 'box', 'boxes')} whose pybox process is gone",
             "pybox sweep",
         )

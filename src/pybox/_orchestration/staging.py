@@ -9,7 +9,6 @@ later (the MCP server, under its own folder). `Session.stage_outputs` makes one.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,14 +16,17 @@ from pathlib import Path
 from pybox._boxes.outputs import (
     FileMarker,
     ReturnedFile,
+    check_destination,
     discard,
     publish,
     stage_destination,
+    stage_private,
 )
 from pybox._core.errors import PyboxError
 from pybox._core.request import PreparedRun
 
-TEMPORARY_PREFIX = "pybox-outputs-"
+# check_destination is here for front ends: they check a destination before they prepare.
+__all__ = ["OutputStaging", "check_destination", "stage_outputs"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,8 @@ class OutputStaging:
     files_dir: Path
     # Where `publish()` moves the files; None when they are read or kept instead.
     destination: Path | None = None
-    # Staging directories of killed pybox processes removed beside `destination`.
+    # Staging directories of killed pybox processes removed beside `destination`
+    # (or, for a temporary directory, in the temporary folder).
     swept: tuple[Path, ...] = ()
     marker: FileMarker | None = None
 
@@ -64,7 +67,8 @@ def stage_outputs(
 
     With `destination` (new or empty; checked now, before any box exists) the
     directory sits beside it, so publishing is one rename. With `keep_under` it
-    is `keep_under/<run id>`. Otherwise it is a private temporary directory.
+    is `keep_under/<run id>`. Otherwise it is a private directory in the temporary
+    folder, named after its owner (see `outputs.stage_private`).
     """
     if destination is not None:
         staged = stage_destination(destination)
@@ -80,4 +84,6 @@ def stage_outputs(
                 f"Cannot create the folder {path} for the returned files: {exc.strerror or exc}."
             ) from exc
         return OutputStaging(path)
-    return OutputStaging(Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX)))
+    # Named after its owner in the temporary folder: a killed pybox's are swept here.
+    staged = stage_private()
+    return OutputStaging(staged.staging, swept=staged.swept)

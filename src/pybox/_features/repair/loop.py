@@ -5,37 +5,28 @@ and the first prompt is checked to fit. Then: the original program runs once
 (its evidence feeds the first prompt), and each round asks the model for one
 complete program, runs it with `Session.run` like any other code, and checks
 the goal. The model's only power is the text it sends back.
+
+The calls to the model are in `model_calls`, the loop's two stops in
+`stops`, and where a fixed program goes in `fixed_files`.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from pybox._adapters.model_providers import ModelProvider, open_provider
 from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._core.display import plural
-from pybox._core.errors import (
-    InvalidRequest,
-    ModelError,
-    ModelRateLimited,
-    ModelReplyTooLarge,
-    ModelTimeout,
-    RequestRejected,
-    StateError,
-)
+from pybox._core.errors import InvalidRequest, RequestRejected
 from pybox._core.limits import LimitRequest
 from pybox._core.repair import (
     TESTS_RUNNER_NAME,
     GoalKind,
     InvalidProposal,
-    Prompt,
     RepairBudget,
     RepairGoal,
     RepairLimits,
@@ -51,10 +42,9 @@ from pybox._core.repair import (
     sha256_hex,
 )
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest
+from pybox._features.repair.model_calls import ModelCalls
+from pybox._features.repair.stops import Stop, StopWithRun
 from pybox._orchestration.session import Session
-
-# Without a Retry-After, a rate-limited call is retried after this long.
-DEFAULT_RATE_LIMIT_WAIT_S = 2.0
 
 Progress = Callable[[str], None]
 
@@ -72,17 +62,7 @@ class RepairJob:
     image: str = "stdlib"
 
 
-class _Stop(Exception):
-    """Why the loop ends; caught in `run`, never escapes it."""
-
-    def __init__(self, reason: StopReason, detail: str, exhausted: str | None = None) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-        self.exhausted = exhausted
-
-
-class RepairLoop:
+class RepairLoop(ModelCalls):
     """One repair, checked on construction (nothing runs), run once with `run()`."""
 
     def __init__(
@@ -152,7 +132,7 @@ class RepairLoop:
             cancel.set()
         run, evidence = self._judge(outcome, nonce)
         if cancel.is_set():
-            raise _StopWithRun(run)
+            raise StopWithRun(run)
         return run, evidence
 
     def _judge(self, outcome: RunOutcome, nonce: str) -> tuple[RepairRun, RunEvidence]:
@@ -190,16 +170,16 @@ class RepairLoop:
                 baseline, evidence = self._run(self.job.code, cancel)
                 say(f"original: {baseline.describe()}")
                 if baseline.goal_met:
-                    raise _Stop(StopReason.GOAL_MET, "the original program already meets the goal")
+                    raise Stop(StopReason.GOAL_MET, "the original program already meets the goal")
                 fixed = self._rounds(evidence, cancel, say)
-                raise _Stop(StopReason.GOAL_MET, f"the proposal of round {fixed[1]} meets the goal")
-            except _StopWithRun as stopped:
+                raise Stop(StopReason.GOAL_MET, f"the proposal of round {fixed[1]} meets the goal")
+            except StopWithRun as stopped:
                 if baseline is None:
                     baseline = stopped.run
-                raise _Stop(StopReason.CANCELLED, "the repair was cancelled") from None
+                raise Stop(StopReason.CANCELLED, "the repair was cancelled") from None
             except KeyboardInterrupt:
-                raise _Stop(StopReason.CANCELLED, "the repair was interrupted") from None
-        except _Stop as stop:
+                raise Stop(StopReason.CANCELLED, "the repair was interrupted") from None
+        except Stop as stop:
             return RepairReport(
                 stop_reason=stop.reason,
                 stop_detail=stop.detail,
@@ -217,9 +197,6 @@ class RepairLoop:
                 fixed_round=None if fixed is None else fixed[1],
             )
         raise AssertionError("the loop always ends with a stop")  # pragma: no cover
-
-    def _left_s(self) -> float:
-        return self.deadline - time.monotonic()
 
     def _rounds(
         self, evidence: RunEvidence, cancel: threading.Event, say: Progress
@@ -241,7 +218,7 @@ class RepairLoop:
                 limits.prompt_bytes,
             )
             if prompt is None:
-                raise _Stop(
+                raise Stop(
                     StopReason.BUDGET_EXHAUSTED,
                     f"the current program no longer fits the prompt bound of "
                     f"{limits.prompt_bytes} bytes",
@@ -273,7 +250,7 @@ class RepairLoop:
                 )
                 say(f"round {number}: invalid proposal: {proposal.reason}")
                 if self.invalid >= limits.invalid_proposals:
-                    raise _Stop(
+                    raise Stop(
                         StopReason.INVALID_PROPOSAL,
                         f"{plural(self.invalid, 'invalid proposal')}, the most allowed "
                         f"(invalid_proposals); the last: {proposal.reason}",
@@ -288,7 +265,7 @@ class RepairLoop:
             left = self._left_s()
             if left < self.run_limits.timeout_s:
                 self._record(base, proposal.sha256, len(proposal.code), None, round_started)
-                raise _Stop(
+                raise Stop(
                     StopReason.BUDGET_EXHAUSTED,
                     f"{max(left, 0):.1f} s of the {limits.total_s:g} s are left, less than one "
                     f"run may take ({self.run_limits.timeout_s:g} s); the proposal was not run",
@@ -304,12 +281,10 @@ class RepairLoop:
                     base, proposal.sha256, len(proposal.code), None, round_started, str(exc)
                 )
                 if self.invalid >= limits.invalid_proposals:
-                    raise _Stop(
-                        StopReason.INVALID_PROPOSAL, str(exc), "invalid_proposals"
-                    ) from None
+                    raise Stop(StopReason.INVALID_PROPOSAL, str(exc), "invalid_proposals") from None
                 note = f"Your previous program could not be run: {exc}"
                 continue
-            except _StopWithRun as stopped:
+            except StopWithRun as stopped:
                 self._record(base, proposal.sha256, len(proposal.code), stopped.run, round_started)
                 raise
             self._record(base, proposal.sha256, len(proposal.code), run, round_started)
@@ -317,7 +292,7 @@ class RepairLoop:
             if run.goal_met:
                 return proposal.code, number
             code = proposal.code
-        raise _Stop(
+        raise Stop(
             StopReason.BUDGET_EXHAUSTED,
             f"all {plural(limits.rounds, 'round')} used without meeting the goal",
             "rounds",
@@ -342,163 +317,3 @@ class RepairLoop:
                 duration_s=round(time.monotonic() - round_started, 3),
             )
         )
-
-    def _ask(
-        self, prompt: Prompt, cancel: threading.Event, number: int
-    ) -> tuple[str, int, tuple[float, ...]]:
-        """One reply from the model, waiting out rate limits within the budgets."""
-        limits = self.limits
-        calls = 0
-        waits: list[float] = []
-        asked_at = time.monotonic()
-
-        def stop(reason: StopReason, detail: str, exhausted: str | None = None) -> _Stop:
-            # A round that called the model but got no reply still counts its calls and waits.
-            if calls:
-                self.rounds.append(
-                    RepairRound(
-                        number=number,
-                        prompt_bytes=prompt.size_bytes,
-                        model_calls=calls,
-                        rate_limit_waits_s=tuple(waits),
-                        reply_bytes=0,
-                        reply_sha256=None,
-                        proposal_sha256=None,
-                        proposal_bytes=None,
-                        invalid_reason=None,
-                        run=None,
-                        duration_s=round(time.monotonic() - asked_at, 3),
-                    )
-                )
-            return _Stop(reason, detail, exhausted)
-
-        while True:
-            if cancel.is_set():
-                raise stop(StopReason.CANCELLED, "the repair was cancelled")
-            if self.model_calls >= limits.model_calls:
-                raise stop(
-                    StopReason.BUDGET_EXHAUSTED,
-                    f"all {plural(limits.model_calls, 'model call')} used",
-                    "model_calls",
-                )
-            reply_left = limits.reply_bytes - self.reply_bytes
-            if reply_left <= 0:
-                raise stop(
-                    StopReason.BUDGET_EXHAUSTED,
-                    f"all {limits.reply_bytes} reply bytes were used",
-                    "reply_bytes",
-                )
-            # Leave time for the proposal's run after the model's answer.
-            time_left = self._left_s() - self.run_limits.timeout_s
-            if time_left <= 0:
-                raise stop(
-                    StopReason.BUDGET_EXHAUSTED,
-                    f"no time is left for a model call and a run within {limits.total_s:g} s",
-                    "total_s",
-                )
-            self.model_calls += 1
-            calls += 1
-            try:
-                reply = self.provider.ask(
-                    prompt, timeout_s=time_left, max_reply_bytes=reply_left, cancel=cancel
-                )
-            except KeyboardInterrupt:
-                raise stop(StopReason.CANCELLED, "the repair was interrupted") from None
-            except ModelRateLimited as exc:
-                wait = DEFAULT_RATE_LIMIT_WAIT_S if exc.retry_after_s is None else exc.retry_after_s
-                if wait > self._left_s() - self.run_limits.timeout_s:
-                    raise stop(
-                        StopReason.BUDGET_EXHAUSTED,
-                        f"{exc} Waiting {wait:g} s would pass the time budget",
-                        "total_s",
-                    ) from None
-                waits.append(round(wait, 3))
-                if cancel.wait(wait):
-                    raise stop(StopReason.CANCELLED, "the repair was cancelled") from None
-                continue
-            except ModelTimeout as exc:
-                if cancel.is_set():
-                    raise stop(StopReason.CANCELLED, "the repair was cancelled") from None
-                raise stop(StopReason.BUDGET_EXHAUSTED, str(exc), "total_s") from None
-            except ModelReplyTooLarge as exc:
-                self.reply_bytes = limits.reply_bytes
-                raise stop(StopReason.BUDGET_EXHAUSTED, str(exc), "reply_bytes") from None
-            except ModelError as exc:
-                if cancel.is_set():
-                    raise stop(StopReason.CANCELLED, "the repair was cancelled") from None
-                raise stop(StopReason.MODEL_ERROR, str(exc)) from None
-            self.reply_bytes += len(reply.encode("utf-8", "surrogatepass"))
-            return reply, calls, tuple(waits)
-
-
-class _StopWithRun(Exception):
-    """The run in progress was cancelled; its receipt is kept."""
-
-    def __init__(self, run: RepairRun) -> None:
-        super().__init__("cancelled")
-        self.run = run
-
-
-# -- where a fixed program goes --------------------------------------------------------
-
-
-def fixed_file_candidates(original: Path) -> list[Path]:
-    """`broken.py` -> `broken.fixed.py`, `broken.fixed-2.py`, ... (next to the original)."""
-    stem, suffix = original.stem, original.suffix or ".py"
-    names = [f"{stem}.fixed{suffix}"] + [f"{stem}.fixed-{n}{suffix}" for n in range(2, 100)]
-    return [original.with_name(name) for name in names]
-
-
-def write_new_file(candidates: list[Path], data: bytes) -> Path:
-    """Write `data` to the first candidate that does not exist yet; never overwrite."""
-    for path in candidates:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise StateError(f"Cannot create {path}: {exc.strerror or exc}.") from exc
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        return path
-    raise StateError(
-        f"{candidates[0]} and {len(candidates) - 1} numbered variants all exist; "
-        "remove some or pass --output NEW_FILE."
-    )
-
-
-def replace_atomically(path: Path, data: bytes, expected_sha256: str) -> None:
-    """Replace `path` with `data` in one step, if it still holds what was repaired.
-
-    A temporary file in the same folder gets the data and the original's mode, is
-    flushed to disk, then renamed over the original: readers see the old or the
-    new program, never half of one.
-    """
-    path = path.resolve()  # through a symlink to the file itself, keeping the link
-    try:
-        current = path.read_bytes()
-        mode = path.stat().st_mode & 0o7777
-    except OSError as exc:
-        raise StateError(f"Cannot read {path} again before replacing it: {exc}.") from exc
-    if sha256_hex(current) != expected_sha256:
-        raise StateError(f"{path} changed while it was being repaired, so it was not replaced.")
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".pybox-tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-
-
-def with_destination(report: RepairReport, written_to: Path | None, applied: bool) -> RepairReport:
-    return replace(
-        report, written_to=None if written_to is None else str(written_to), applied=applied
-    )

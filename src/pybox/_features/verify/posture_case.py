@@ -22,7 +22,7 @@ from pybox._core.limits import MIB
 from pybox._core.receipt import Status
 from pybox._core.seccomp import SECCOMP_PREFIX
 from pybox._engine import AttachStream, Engine, EngineEndpoint, JSONObject
-from pybox._features.verify.judges import Verdict
+from pybox._features.verify.verdict import Verdict
 
 _REMOVE = object()
 IO_URING_CALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register")

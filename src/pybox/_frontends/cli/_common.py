@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from pybox._core.display import escape_lines, escape_text, neutralise_output
+from pybox._core.display import escape_lines, escape_text, plural
 from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
 
 # What a command needs is imported where it is used: `pybox version` and
@@ -205,21 +205,6 @@ def styled(stream: TextIO) -> bool:
     return is_terminal(stream) and os.environ.get("TERM", "") != "dumb"
 
 
-def write_program_output(data: bytes, stream: TextIO) -> bytes:
-    """Write a program's output to `stream` and return what was written.
-
-    To a file or a pipe the bytes go as they are. To a terminal they go through
-    `neutralise_output`: escapes, lone CRs and other controls are shown as text,
-    so the program cannot recolour, move, clear or retitle the terminal, or
-    open a string that would hide pybox's lines after it.
-    """
-    shown = neutralise_output(data) if is_terminal(stream) else data
-    stream.flush()
-    stream.buffer.write(shown)
-    stream.flush()
-    return shown
-
-
 def say_after_output(lines: list[str], stream: TextIO, output_ended_line: bool) -> None:
     """pybox's own lines after a program's output, in a form the program cannot forge.
 
@@ -239,6 +224,11 @@ def say_after_output(lines: list[str], stream: TextIO, output_ended_line: bool) 
         stream.write("\n")
     stream.write("\n".join(safe) + "\n")
     stream.flush()
+
+
+def boxes_exist(count: int) -> str:
+    """`1 pybox box exists`, `3 pybox boxes exist`."""
+    return f"{plural(count, 'pybox box', 'pybox boxes')} {'exists' if count == 1 else 'exist'}"
 
 
 def progress(message: str) -> None:

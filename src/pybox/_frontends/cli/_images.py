@@ -20,6 +20,7 @@ from pybox._frontends.cli._common import (
     ArgumentParser,
     Commands,
     add_tool_flags,
+    boxes_exist,
     open_session,
     progress,
     say,
@@ -152,7 +153,7 @@ def _report_boxes(session: Session) -> None:
     boxes = session.leftovers()
     orphaned = sum(1 for box in boxes if box["owner_alive"] is False)
     say(
-        f"  boxes:  {len(boxes)} pybox box(es) exist; {orphaned} left by runs that died"
+        f"  boxes:  {boxes_exist(len(boxes))}; {orphaned} left by runs that died"
         + (" (`pybox sweep` removes them)" if orphaned else "")
     )
 

@@ -6,10 +6,12 @@ import argparse
 import os
 import sys
 
+from pybox._core.display import plural
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     Commands,
     add_tool_flags,
+    boxes_exist,
     open_session,
     say,
     tool_paths,
@@ -92,7 +94,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             out,
         )
     if "boxes" in report:
-        say(f"boxes:  {len(report['boxes'])} pybox box(es) exist", out)
+        say(f"boxes:  {boxes_exist(len(report['boxes']))}", out)
     else:
         say(f"boxes:  {unchecked.get('boxes', 'unknown')}", out)
     for problem in report["problems"]:
@@ -100,7 +102,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     say(
         "ok: no problems found"
         if report["ok"]
-        else f"NOT ok: {len(report['problems'])} problem(s) found",
+        else f"NOT ok: {plural(len(report['problems']), 'problem')} found",
         out,
     )
     for step in report["next"]:

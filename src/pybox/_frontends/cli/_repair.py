@@ -24,14 +24,13 @@ from pybox._core.repair import (
     StopReason,
     sha256_hex,
 )
-from pybox._features.repair.loop import (
-    RepairJob,
-    RepairLoop,
+from pybox._features.repair.fixed_files import (
     fixed_file_candidates,
     replace_atomically,
     with_destination,
     write_new_file,
 )
+from pybox._features.repair.loop import RepairJob, RepairLoop
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_STOPPED,

@@ -15,8 +15,8 @@ from typing import Any
 
 from pybox._core.display import plural
 from pybox._core.errors import PyboxError
-from pybox._features.verify.judges import CaseResult, SuiteResult
 from pybox._features.verify.suite import run_suite
+from pybox._features.verify.verdict import CaseResult, SuiteResult
 from pybox._frontends.cli._common import (
     EXIT_STOPPED,
     Commands,

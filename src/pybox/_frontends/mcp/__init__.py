@@ -144,7 +144,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     )
     check_images(options.images, session.recorded_images(), str(session.state_dir))
     options = _fit_machine(session, options)
-    dispatcher = build_dispatcher(session, options, registry_from_args(session, args))
+    dispatcher = build_dispatcher(session, options, registry_from_args(session, args, log))
     try:
         _warm_up(session)
         if args.http is not None:

@@ -49,6 +49,7 @@ from pybox._frontends.mcp._httpwire import (
     Head,
     Headers,
     HttpError,
+    ReplyQueue,
     SocketReader,
     json_values_within,
     refuse,
@@ -428,7 +429,7 @@ class _Handler(socketserver.BaseRequestHandler):
         extra: dict[str, str],
     ) -> None:
         """Run the request and write its progress (as SSE events) and its response."""
-        replies: queue.Queue[JSONObject | None] = queue.Queue()
+        replies = ReplyQueue()
         self.server.dispatcher.handle_message(conn, message, replies.put, headers)
         accepts_sse = "text/event-stream" in self.headers.get("Accept", "")
         streaming = accepts_sse and message.get("method") == "tools/call"
@@ -438,7 +439,7 @@ class _Handler(socketserver.BaseRequestHandler):
             self._send(HTTPStatus.OK, {**stream_headers, "Cache-Control": "no-cache"}, None)
         while True:
             try:
-                item = replies.get(timeout=POLL_S)
+                item = replies.get(POLL_S)
             except queue.Empty:
                 if stateless and self._client_gone():
                     # 2026-07-28 over HTTP: closing the stream is the cancellation.

@@ -18,17 +18,20 @@ uses instead:
 - `ByteBudget`: bodies held at once across all connections.
 - `json_values_within`: JSON values in a body, counted before it is parsed
   (a 60 MiB body of empty lists would otherwise take over 1.5 GB to parse).
+- `ReplyQueue`: a request's replies on their way out; progress notifications
+  wait there only while the client keeps up.
 """
 
 from __future__ import annotations
 
+import queue
 import re
 import socket
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import overload
+from typing import Any, overload
 
 MIB = 1024 * 1024
 KIB = 1024
@@ -160,6 +163,34 @@ class ByteBudget:
         with self._cond:
             self._used -= size
             self._cond.notify_all()
+
+
+PENDING_NOTIFICATIONS = 16
+
+
+class ReplyQueue:
+    """A request's replies, from the call's thread to the one writing the response.
+
+    The response (or the end marker `None`) always goes in. A progress notification
+    goes in only while fewer than `max_pending` wait to be written: a client that
+    reads an event stream slowly loses notifications (their output stays readable
+    with get_result), and the server never holds more than these for it."""
+
+    def __init__(self, max_pending: int = PENDING_NOTIFICATIONS) -> None:
+        self.max_pending = max_pending
+        self.dropped = 0
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+    def put(self, message: dict[str, Any] | None) -> None:
+        notice = message is not None and "id" not in message
+        if notice and self._queue.qsize() >= self.max_pending:
+            self.dropped += 1
+            return
+        self._queue.put(message)
+
+    def get(self, timeout_s: float) -> dict[str, Any] | None:
+        """The next reply; queue.Empty when none came within `timeout_s`."""
+        return self._queue.get(timeout=timeout_s)
 
 
 class ConnectionGate:

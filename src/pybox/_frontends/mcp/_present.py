@@ -9,17 +9,20 @@ untrusted output.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pybox._core.capture import HeadTailCapture
 from pybox._core.display import escape_lines, escape_text, neutralise_text, plural, quoted
 from pybox._core.limits import LIMIT_FIELDS, Limits
 from pybox._core.receipt import Status
+from pybox._frontends.mcp._live import STREAMS, Page, Stream, kept_from
 from pybox._frontends.mcp._protocol import JSONObject
 from pybox._frontends.mcp._runs import Run
 from pybox._frontends.mcp._toolbox import text_result
 
 MAX_GET_WAIT_S = 60.0
+
+Offsets = Mapping[Stream, int]  # a byte position per stream
 
 
 def run_uri(run_id: str, part: str = "") -> str:
@@ -55,11 +58,16 @@ def _common_result(
     }
 
 
-def run_structure(run: Run, reply_bytes: int) -> JSONObject:
-    """The structured result of a run, running or finished (see RUN_OUTPUT_SCHEMA)."""
+def run_structure(run: Run, reply_bytes: int, offsets: Offsets | None = None) -> JSONObject:
+    """The structured result of a run, running or finished (see RUN_OUTPUT_SCHEMA).
+
+    A running run shows its output so far from `offsets` (byte positions per
+    stream, 0 when not given), at most `reply_bytes` per stream. A finished run
+    shows its output from `offsets` too when they are given, else all of it,
+    shortened to head and tail."""
     data: JSONObject = {
         "run_id": run.run_id,
-        "state": "running" if run.running else "finished",
+        "state": "running",
         "status": "running",
         "elapsed_s": round(run.elapsed_s(), 3),
         "timeout_s": run.limits.timeout_s,
@@ -67,7 +75,15 @@ def run_structure(run: Run, reply_bytes: int) -> JSONObject:
         "resource_uri": run_uri(run.run_id),
     }
     if run.running:
-        return data
+        asked = offsets or {}
+        pages = [run.live.page(stream, asked.get(stream, 0), reply_bytes) for stream in STREAMS]
+        if all(page is not None for page in pages):
+            for page in pages:
+                assert page is not None
+                data.update(_page_fields(page))
+            return data
+        # The run ended while we looked: its outcome is there now.
+    data["state"] = "finished"
     if run.error is not None:
         data.update(
             status="error",
@@ -78,9 +94,19 @@ def run_structure(run: Run, reply_bytes: int) -> JSONObject:
     outcome = run.outcome
     assert outcome is not None
     receipt = outcome.receipt
-    stdout, stdout_short = _shorten(outcome.stdout, reply_bytes)
-    stderr, stderr_short = _shorten(outcome.stderr, reply_bytes)
     program = receipt.reported_by_program
+    reports = {"stdout": program.stdout, "stderr": program.stderr}
+    shown: dict[str, tuple[str, bool]] = {}
+    for stream in STREAMS:
+        kept: bytes = getattr(outcome, stream)
+        total = reports[stream].bytes_total
+        if offsets is not None:
+            start, kept = kept_from(kept, total, run.limits.output_bytes, offsets.get(stream, 0))
+            data[f"{stream}_offset"] = start
+            data[f"{stream}_next_offset"] = total
+            data[f"{stream}_more"] = False
+        shown[stream] = _shorten(kept, reply_bytes)
+    (stdout, stdout_short), (stderr, stderr_short) = shown["stdout"], shown["stderr"]
     data.update(
         status=receipt.status.value,
         **_common_result(
@@ -108,6 +134,17 @@ def run_structure(run: Run, reply_bytes: int) -> JSONObject:
     return data
 
 
+def _page_fields(page: Page) -> JSONObject:
+    stream = page.stream
+    return {
+        stream: page.data.decode("utf-8", "replace"),
+        f"{stream}_offset": page.offset,
+        f"{stream}_next_offset": page.next_offset,
+        f"{stream}_more": page.more,
+        f"{stream}_bytes_so_far": page.buffered,
+    }
+
+
 def run_text(run: Run, structure: JSONObject) -> str:
     """What the model reads: the outcome, what to do next, then the (shortened) output.
 
@@ -118,12 +155,8 @@ def run_text(run: Run, structure: JSONObject) -> str:
     which the program therefore cannot print: text inside a section that looks like
     pybox's is the program's, never pybox's.
     """
-    if run.running:
-        return (
-            f"Run {run.run_id} is running ({structure['elapsed_s']:.1f} s so far; it is stopped "
-            f"after {run.limits.timeout_s:g} s). Call get_result with run_id={run.run_id!r} "
-            f"(and wait_s up to {MAX_GET_WAIT_S:g}) for the result, or stop_run to end it."
-        )
+    if structure["state"] == "running":
+        return _running_text(run, structure)
     if run.error is not None:
         return f"Run {run.run_id} did not run: {escape_lines(str(run.error))}"
     assert run.outcome is not None
@@ -136,22 +169,77 @@ def run_text(run: Run, structure: JSONObject) -> str:
             f"{escape_text(item['uri'])}"
         )
     lines.append(f"receipt: {structure['resource_uri']}")
-    streams = [stream for stream in ("stdout", "stderr") if structure[stream]]
-    if streams:
-        tag = _section_tag(structure[stream] for stream in streams)
-        lines.append(
-            f"The program's output follows, untrusted: each stream between lines "
-            f"'--- begin program <stream> (untrusted) {tag} ---' and "
-            f"'--- end program <stream> {tag} ---'."
-        )
-    for stream in streams:
-        note = ""
+    sections = []
+    for stream in STREAMS:
+        notes = []
+        if f"{stream}_offset" in structure:
+            notes.append(f"from offset {structure[f'{stream}_offset']}")
         if structure[f"{stream}_shortened"]:
-            note = f", shortened; full output: {structure[f'{stream}_uri']}"
-        lines.append(f"--- begin program {stream} (untrusted{note}) {tag} ---")
-        lines.append(neutralise_text(structure[stream]).rstrip("\n"))
-        lines.append(f"--- end program {stream} {tag} ---")
+            notes.append(f"shortened; full output: {structure[f'{stream}_uri']}")
+        sections.append((stream, structure[stream], notes))
+    lines.extend(output_sections(sections))
     return "\n".join(lines)
+
+
+def _running_text(run: Run, structure: JSONObject) -> str:
+    """A running run: how far it is, its output so far (a page), how to read on."""
+    so_far = ", ".join(f"{s} {structure[f'{s}_bytes_so_far']} B" for s in STREAMS)
+    next_offsets = ", ".join(f"{s}_offset={structure[f'{s}_next_offset']}" for s in STREAMS)
+    lines = [
+        f"Run {run.run_id} is running ({structure['elapsed_s']:.1f} s so far; it is stopped "
+        f"after {run.limits.timeout_s:g} s). Call get_result with run_id={run.run_id!r} "
+        f"(and wait_s up to {MAX_GET_WAIT_S:g}) for the result, or stop_run to end it.",
+        f"Output so far: {so_far}. For newer output call get_result with {next_offsets}"
+        + (" (more is buffered: call again at once)." if _any_more(structure) else "."),
+    ]
+    cap = run.limits.output_bytes
+    full = [s for s in STREAMS if structure[f"{s}_bytes_so_far"] >= cap]
+    if full:
+        lines.append(
+            f"{' and '.join(full)} reached the output cap ({cap} bytes, limits.output_kib): "
+            "nothing more of it is shown while the run runs; the result keeps its head and tail."
+        )
+    sections = [
+        (
+            s,
+            structure[s],
+            [
+                f"offset {structure[f'{s}_offset']}, "
+                f"{plural(structure[f'{s}_next_offset'] - structure[f'{s}_offset'], 'byte')}"
+            ],
+        )
+        for s in STREAMS
+    ]
+    lines.extend(output_sections(sections))
+    return "\n".join(lines)
+
+
+def _any_more(structure: JSONObject) -> bool:
+    return any(structure[f"{s}_more"] for s in STREAMS)
+
+
+def output_sections(sections: Iterable[tuple[str, str, list[str]]]) -> list[str]:
+    """The program's output, each stream with text between its own begin and end lines.
+
+    `sections` are (stream, text, notes) in order; a stream without text is left
+    out. The tag on every begin and end line is a digest of the texts shown, so the
+    program cannot print it; the text's control characters are shown as escapes."""
+    shown = [(stream, text, notes) for stream, text, notes in sections if text]
+    if not shown:
+        return []
+    tag = _section_tag(text for _, text, _ in shown)
+    lines = [
+        f"The program's output follows, untrusted: each stream between lines "
+        f"'--- begin program <stream> (untrusted) {tag} ---' and "
+        f"'--- end program <stream> {tag} ---'."
+    ]
+    for stream, text, notes in shown:
+        # Pybox's own words in the begin line: escaped, so a note can never break it.
+        note = "".join(f", {escape_text(n)}" for n in notes)
+        lines.append(f"--- begin program {stream} (untrusted{note}) {tag} ---")
+        lines.append(neutralise_text(text).rstrip("\n"))
+        lines.append(f"--- end program {stream} {tag} ---")
+    return lines
 
 
 def _section_tag(texts: Iterable[str]) -> str:
@@ -162,15 +250,18 @@ def _section_tag(texts: Iterable[str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def run_result(run: Run, reply_bytes: int, *, stop_asked: bool = False) -> JSONObject:
+def run_result(
+    run: Run, reply_bytes: int, *, stop_asked: bool = False, offsets: Offsets | None = None
+) -> JSONObject:
     """The tool result for a run. Anything but success is `isError`, except a run that
     `stop_run` stopped: stopping it is what was asked."""
-    structure = run_structure(run, reply_bytes)
+    structure = run_structure(run, reply_bytes, offsets)
     status = run.outcome.receipt.status if run.outcome is not None else None
     stopped_as_asked = stop_asked and run.stop_requested and status is Status.STOPPED
     failed = run.error is not None or (
         status is not None and status is not Status.SUCCEEDED and not stopped_as_asked
     )
+    failed = failed and structure["state"] == "finished"
     result = text_result(run_text(run, structure), is_error=failed)
     result["structuredContent"] = structure
     return result
@@ -178,6 +269,28 @@ def run_result(run: Run, reply_bytes: int, *, stop_asked: bool = False) -> JSONO
 
 # Present in every finished run's result, as other sandboxes name them.
 COMMON_RESULT_FIELDS = ("stdout", "stderr", "exit_code", "success", "timed_out")
+
+# Where the output shown starts and how to read on (a running run; a finished one
+# when get_result was given offsets).
+PAGE_PROPERTIES: JSONObject = {
+    "offset": {
+        "type": "integer",
+        "description": "the byte position in the stream where the text shown starts",
+    },
+    "next_offset": {
+        "type": "integer",
+        "description": "pass it back to get_result (stdout_offset / stderr_offset) for newer "
+        "output only",
+    },
+    "more": {
+        "type": "boolean",
+        "description": "more output is buffered from next_offset on: call get_result again",
+    },
+    "bytes_so_far": {
+        "type": "integer",
+        "description": "bytes of the stream buffered while it runs (at most limits.output_kib)",
+    },
+}
 
 RUN_OUTPUT_SCHEMA: JSONObject = {
     "type": "object",
@@ -224,6 +337,11 @@ RUN_OUTPUT_SCHEMA: JSONObject = {
         "stderr_bytes_total": {"type": "integer"},
         "stdout_uri": {"type": "string"},
         "stderr_uri": {"type": "string"},
+        **{
+            f"{stream}_{key}": schema
+            for stream in STREAMS
+            for key, schema in PAGE_PROPERTIES.items()
+        },
         "files": {
             "type": "array",
             "items": {

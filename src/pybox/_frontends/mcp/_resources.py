@@ -5,7 +5,8 @@
   of discovering them by failing;
 - `pybox://runs/{run_id}`: a run's state and receipt;
 - `pybox://runs/{run_id}/stdout` and `/stderr`: its output as kept by the box
-  limit (tool results carry only the head and tail);
+  limit (tool results carry only the head and tail); while the run runs, its
+  output so far;
 - `pybox://runs/{run_id}/files/{path}`: a file the program returned.
 
 A read sends at most the registry's `read_max_bytes` (above it the read is
@@ -32,6 +33,7 @@ from pybox._core.posture import (
     TMP_DIR,
     WORK_DIR,
 )
+from pybox._frontends.mcp._live import STREAMS
 from pybox._frontends.mcp._present import MAX_GET_WAIT_S, run_structure, run_uri, user_limits
 from pybox._frontends.mcp._protocol import INVALID_PARAMS, JSONObject, RpcError
 from pybox._frontends.mcp._runs import Run
@@ -200,10 +202,21 @@ def read(toolbox: Toolbox, uri: str) -> tuple[list[JSONObject], bool]:
     if part == "":
         data = run_structure(run, toolbox.options.reply_bytes)
         return [_text(uri, "application/json", json.dumps(data, indent=2))], final
-    if run.running or run.outcome is None:
-        raise ResourceNotFound(f"Run {run_id} has no {part!r} yet: it has not finished.")
     limit = toolbox.registry.read_max_bytes
-    if part in ("stdout", "stderr"):
+    if part in STREAMS and run.running:
+        # The output so far (at most the run's output cap), or, if the run just
+        # ended, its outcome's.
+        so_far = run.live.text(part)
+        if so_far is not None:
+            if len(so_far.encode()) > limit:
+                raise _too_big(uri, len(so_far.encode()), limit)
+            return [_text(uri, "text/plain", so_far)], False
+    if run.outcome is None:
+        if run.running:
+            raise ResourceNotFound(f"Run {run_id} has no {part!r} yet: it has not finished.")
+        raise ResourceNotFound(f"Run {run_id} has no {part!r}: it did not run.")
+    final = True
+    if part in STREAMS:
         data_bytes: bytes = getattr(run.outcome, part)
         if len(data_bytes) > limit:
             raise _too_big(uri, len(data_bytes), limit)

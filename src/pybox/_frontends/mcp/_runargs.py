@@ -105,7 +105,8 @@ def run_input_schema(defaults: Limits, ceilings: Limits, images: list[str]) -> J
                 "type": "array",
                 "maxItems": MAX_INPUTS,
                 "description": f"Files the program can read, read-only, in {INPUT_DIR} "
-                "($PYBOX_INPUT_DIR).",
+                "($PYBOX_INPUT_DIR) and next to the program by their plain names: "
+                "open('data.csv') reads one, and a .py file imports (import helper).",
                 "items": {
                     "type": "object",
                     "additionalProperties": False,

@@ -5,6 +5,10 @@ polls it (`get_result`) or stops it (`stop_run`). The server keeps the most rece
 finished runs (and their returned files, in a private temporary directory)
 for the resources `pybox://runs/{run_id}`; nothing outlives the server.
 
+While a run runs, its output arrives in `Run.live` (at most the run's output
+cap per stream), so `get_result` and progress notifications can show it; once
+the run has finished its outcome holds the output and the live bytes are let go.
+
 Kept files have a byte budget (`--keep-files-mib`): when a finished run takes
 the total above it, the oldest runs' files are deleted from disk first, and a
 read of one of them says so. A read sends at most `--max-read-mib` of a file.
@@ -15,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -23,10 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pybox._boxes.outputs import stage_private
 from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._core.errors import ConfigError, LimitExceeded, PyboxError
 from pybox._core.limits import MIB, Limits
 from pybox._core.request import PreparedRun, RunRequest
+from pybox._frontends.mcp._live import LiveOutput
 from pybox._orchestration.session import Session
 
 KEEP_FINISHED_RUNS = 50
@@ -53,6 +58,10 @@ class Run:
     stop_requested: bool = False
     files_bytes: int = 0  # on disk, once finished
     files_evicted: bool = False  # deleted to keep the server's files within budget
+    live: LiveOutput = field(init=False)  # the output so far, while it runs
+
+    def __post_init__(self) -> None:
+        self.live = LiveOutput(self.prepared.limits.output_bytes)
 
     @property
     def run_id(self) -> str:
@@ -87,8 +96,10 @@ class RunRegistry:
         *,
         keep_files_bytes: int = DEFAULT_KEEP_FILES_BYTES,
         read_max_bytes: int = DEFAULT_READ_MAX_BYTES,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self._session = session
+        self._log = log
         self.keep_finished = keep_finished
         self.keep_files_bytes = keep_files_bytes
         self.read_max_bytes = read_max_bytes
@@ -135,13 +146,18 @@ class RunRegistry:
 
     def _files_root_dir(self) -> Path:
         if self._files_root is None:
-            self._files_root = Path(tempfile.mkdtemp(prefix="pybox-mcp-files-"))
+            # Named after this server: one killed with files kept is swept by the next.
+            staged = stage_private()
+            self._files_root = staged.staging
+            for stale in staged.swept:
+                if self._log is not None:
+                    self._log(f"removed {stale}: returned files of a pybox that was killed")
         return self._files_root
 
     def _execute(self, run: Run, on_done: Callable[[Run], None] | None) -> None:
         try:
             run.outcome = self._session.run(
-                run.prepared, files_dir=run.files_dir, cancel=run.cancel
+                run.prepared, files_dir=run.files_dir, cancel=run.cancel, on_event=run.live.on_event
             )
         except RunInterrupted as stop:
             run.outcome = stop.outcome
@@ -157,6 +173,8 @@ class RunRegistry:
             # Within budget before anyone hears the run ended (and counts its files).
             self._evict_finished(run)
             run.done.set()
+            # After `done`: a reader that finds the live bytes gone knows the outcome is there.
+            run.live.release()
             if on_done is not None:
                 on_done(run)
 
@@ -250,7 +268,9 @@ def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def registry_from_args(session: Session, args: argparse.Namespace) -> RunRegistry:
+def registry_from_args(
+    session: Session, args: argparse.Namespace, log: Callable[[str], None] | None = None
+) -> RunRegistry:
     if args.keep_files_mib < 0:
         raise ConfigError(f"--keep-files-mib must be 0 or more, not {args.keep_files_mib}.")
     if args.max_read_mib < 1:
@@ -259,4 +279,5 @@ def registry_from_args(session: Session, args: argparse.Namespace) -> RunRegistr
         session,
         keep_files_bytes=args.keep_files_mib * MIB,
         read_max_bytes=args.max_read_mib * MIB,
+        log=log,
     )

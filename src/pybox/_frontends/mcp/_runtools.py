@@ -16,11 +16,14 @@ from pybox._core.errors import ImageError, LimitExceeded, PyboxError
 from pybox._core.images import check_image_name
 from pybox._core.limits import KIB, MIB
 from pybox._core.request import PreparedRun
+from pybox._frontends.mcp._live import STREAMS
 from pybox._frontends.mcp._present import (
     MAX_GET_WAIT_S,
     RUN_OUTPUT_SCHEMA,
+    Offsets,
     run_result,
 )
+from pybox._frontends.mcp._progress import OutputProgress
 from pybox._frontends.mcp._protocol import JSONObject
 from pybox._frontends.mcp._runargs import RUN_CHECKS, run_input_schema, run_request
 from pybox._frontends.mcp._runs import Run
@@ -36,8 +39,7 @@ from pybox._frontends.mcp._toolbox import (
 )
 
 GROUP = "runs"
-PROGRESS_INTERVAL_S = 1.0
-WAIT_SLICE_S = 0.05
+WAIT_SLICE_S = 0.05  # how often a waiting call looks for the end, a cancel and new output
 
 RUN_ID_SCHEMA: JSONObject = {
     "type": "string",
@@ -85,11 +87,18 @@ def _start_run_text(toolbox: Toolbox) -> str:
     return (
         "Start a Python program in a fresh sandbox box and return its run_id at "
         "once, without waiting. " + _about_runs(toolbox) + " Next: call get_result "
-        "with the run_id until state is 'finished', or stop_run to end it."
+        "with the run_id until state is 'finished' (while it runs it shows the output so far; "
+        "pass stdout_next_offset and stderr_next_offset back as stdout_offset and "
+        "stderr_offset for newer output only), or stop_run to end it."
     )
 
 
-WAIT_TEXT = f"wait_s (0 to {MAX_GET_WAIT_S:g}, default 0) waits for the end first. Changes nothing."
+WAIT_TEXT = (
+    f"wait_s (0 to {MAX_GET_WAIT_S:g}, default 0) waits for the end first. While the run "
+    "runs, the result has its output so far from stdout_offset and stderr_offset (byte "
+    "positions, default 0), a page per stream, with the next offsets to pass back for newer "
+    "output only. Changes nothing."
+)
 
 RESULT_SCHEMA: JSONObject = {
     "type": "object",
@@ -102,6 +111,15 @@ RESULT_SCHEMA: JSONObject = {
             "minimum": 0,
             "maximum": MAX_GET_WAIT_S,
             "description": "seconds to wait for the run to finish",
+        },
+        **{
+            f"{stream}_offset": {
+                "type": "integer",
+                "minimum": 0,
+                "description": f"show {stream} from this byte on (default 0): pass the "
+                f"{stream}_next_offset of the last result to read only newer output",
+            }
+            for stream in STREAMS
         },
     },
 }
@@ -184,9 +202,25 @@ def get_result(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObje
     if isinstance(found, dict):
         return found
     wait_s = args.get("wait_s", 0)
+    offsets = _offsets(args)
     if wait_s > 0:
-        _wait(toolbox, found, ctx, found.limits.timeout_s, stop_on_cancel=False, budget_s=wait_s)
-    return run_result(found, toolbox.options.reply_bytes)
+        _wait(
+            toolbox,
+            found,
+            ctx,
+            found.limits.timeout_s,
+            stop_on_cancel=False,
+            budget_s=wait_s,
+            offsets=offsets,
+        )
+    return run_result(found, toolbox.options.reply_bytes, offsets=offsets)
+
+
+def _offsets(args: JSONObject) -> Offsets | None:
+    """The byte positions asked for, or None when none was (a finished run then shows
+    all of its output, as before offsets existed)."""
+    asked = {s: int(args[f"{s}_offset"]) for s in STREAMS if f"{s}_offset" in args}
+    return asked or None
 
 
 def stop_run(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
@@ -211,24 +245,18 @@ def _wait(
     *,
     stop_on_cancel: bool,
     budget_s: float | None = None,
+    offsets: Offsets | None = None,
 ) -> None:
-    """Wait for the run, sending progress. On cancellation stop the run (run_python)
-    or only stop waiting (get_result), then raise Cancelled."""
+    """Wait for the run, sending progress with its output (from `offsets`) if asked.
+    On cancellation stop the run (run_python) or only stop waiting (get_result), then
+    raise Cancelled."""
     deadline = None if budget_s is None else time.monotonic() + budget_s
-    next_progress = 0.0
-    last_progress = -1.0
+    reporter = None
+    if ctx.progress is not None:
+        reporter = OutputProgress(run, ctx.progress, total_s, offsets)
     while True:
-        now = time.monotonic()
-        if ctx.progress is not None and now >= next_progress:
-            elapsed = round(run.elapsed_s(), 1)
-            if elapsed > last_progress:  # progress must grow with every notification
-                last_progress = elapsed
-                ctx.progress(
-                    elapsed,
-                    total_s,
-                    f"run {run.run_id}: {elapsed:.0f} s of at most {total_s:g} s",
-                )
-            next_progress = now + PROGRESS_INTERVAL_S
+        if reporter is not None:
+            reporter.tick()
         if run.wait(WAIT_SLICE_S):
             return
         if ctx.cancel.is_set():
@@ -265,8 +293,9 @@ GET_RESULT = Tool(
     name="get_result",
     group=GROUP,
     title="Get a run's state or result",
-    description="Return a run's state: status 'running', or its result (stdout, stderr, "
-    "exit_code, success, timed_out, and the receipt) once it finished. " + WAIT_TEXT,
+    description="Return a run's state: status 'running' with its output so far, or its "
+    "result (stdout, stderr, exit_code, success, timed_out, and the receipt) once it "
+    "finished. " + WAIT_TEXT,
     input_schema=RESULT_SCHEMA,
     handler=get_result,
     output_schema=RUN_OUTPUT_SCHEMA,
