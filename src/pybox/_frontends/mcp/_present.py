@@ -171,8 +171,8 @@ def run_text(run: Run, structure: JSONObject) -> str:
     skipped = receipt.reported_by_program.output_files_skipped
     if files:
         lines.append(
-            f"returned files: {plural(len(files), 'file')}; names, sizes and URIs in the "
-            "box-reported files section below and in structuredContent.files"
+            f"returned files: the {plural(len(files), 'file')}' names, sizes and URIs are in "
+            "the box-reported files section below and in structuredContent.files"
         )
     lines.append(f"receipt: {structure['resource_uri']}")
     file_lines = [
@@ -187,7 +187,8 @@ def run_text(run: Run, structure: JSONObject) -> str:
         Section("box-reported files", "\n".join(file_lines)),
         Section(
             "box-reported notes",
-            "\n".join(f"note {n}: {note}" for n, note in enumerate(notes, start=1)),
+            # One line each, so no note can pass for the next.
+            "\n".join(f"note {n}: {escape_text(note)}" for n, note in enumerate(notes, start=1)),
         ),
     ]
     for stream in STREAMS:
