@@ -92,7 +92,7 @@ def test_hostile_names_skips_and_problem_text_stay_in_sections(
     outside, _ = _split(text)
     # pybox's part: counts and pointers.
     assert "pybox: failed, exit 7" in outside
-    assert "returned files: the 2 files' names, sizes and URIs are in the box-reported" in outside
+    assert "returned files: 2 files; names, sizes and URIs in the box-reported files" in outside
     assert "skipped: 1 output file listed as not returned; names and reasons in the" in outside
     assert "unknown: returned files: [box-reported note 1] (the box's report)" in outside
     # The box's part: every name, reason and URI, escaped and quoted.

@@ -171,8 +171,8 @@ def run_text(run: Run, structure: JSONObject) -> str:
     skipped = receipt.reported_by_program.output_files_skipped
     if files:
         lines.append(
-            f"returned files: the {plural(len(files), 'file')}' names, sizes and URIs are in "
-            "the box-reported files section below and in structuredContent.files"
+            f"returned files: {plural(len(files), 'file')}; names, sizes and URIs in the "
+            "box-reported files section below and in structuredContent.files"
         )
     lines.append(f"receipt: {structure['resource_uri']}")
     file_lines = [
