@@ -21,6 +21,7 @@ from pybox._core.errors import (
     RequestRejected,
     SandboxError,
 )
+from pybox._core.events import FileReturned, OutputChunk, RunEnded, RunEvent, RunStarted
 from pybox._core.receipt import RECEIPT_VERSION, Receipt, Status
 from pybox._core.repair import (
     REPAIR_VERSION,
@@ -33,7 +34,15 @@ from pybox._core.repair import (
     StopReason,
 )
 from pybox._core.request import InputFile
-from pybox._frontends.api import Client, OutputFile, RunResult, repair, run_container
+from pybox._frontends.api import (
+    Client,
+    OutputFile,
+    RunResult,
+    RunStream,
+    repair,
+    run_container,
+    stream_container,
+)
 from pybox._version import __version__
 
 __all__ = [
@@ -44,11 +53,13 @@ __all__ = [
     "ConfigError",
     "EngineError",
     "EngineUnavailable",
+    "FileReturned",
     "ImageError",
     "InputFile",
     "InvalidRequest",
     "LimitExceeded",
     "ModelError",
+    "OutputChunk",
     "OutputFile",
     "PyboxError",
     "Receipt",
@@ -59,11 +70,16 @@ __all__ = [
     "RepairRound",
     "RepairRun",
     "RequestRejected",
+    "RunEnded",
+    "RunEvent",
     "RunResult",
+    "RunStarted",
+    "RunStream",
     "SandboxError",
     "Status",
     "StopReason",
     "__version__",
     "repair",
     "run_container",
+    "stream_container",
 ]

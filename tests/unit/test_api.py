@@ -63,7 +63,7 @@ def test_run_takes_argv_stdin_and_env() -> None:
 
 def test_env_accepts_a_mapping_or_pairs() -> None:
     from pybox._core.errors import InvalidRequest
-    from pybox._frontends.api import _env
+    from pybox._frontends.api._options import _env
 
     assert _env({"A": "1", "B": "2"}) == (("A", "1"), ("B", "2"))
     assert _env([("A", "1")]) == (("A", "1"),)

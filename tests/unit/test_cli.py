@@ -228,3 +228,18 @@ def test_a_lock_without_hashes_is_refused_before_the_engine(
     err = capsys.readouterr().err
     assert f"{lock}, line 1: no --hash" in err
     assert "--generate-hashes" in err
+
+
+def test_a_non_empty_output_directory_is_named_before_the_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad input first: no engine listens here, yet the answer is about the folder."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    code = tmp_path / "job.py"
+    code.write_text("print(1)\n")
+    assert main(["exec", str(code), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "is not empty" in err and "engine" not in err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]

@@ -225,17 +225,10 @@ def prepare_destination(destination: Path) -> Path:
     return stage_destination(destination).staging
 
 
-def stage_destination(
-    destination: Path,
-    owner: str | None = None,
-    alive: Callable[[str], bool | None] = owner_alive,
-) -> StagedDestination:
-    """Check the destination before the run; make a staging directory beside it,
-    after removing stale ones of dead pybox processes there.
-
-    The destination must not exist, or be an empty directory: pybox never
-    mixes returned files into existing ones.
-    """
+def check_destination(destination: Path) -> Path:
+    """Refuse a destination that pybox would not publish into (a link, a file, a
+    non-empty directory, a missing parent); changes nothing. Front ends call it
+    before anything else so bad input is named first."""
     destination = destination.expanduser()
     if destination.is_symlink():
         raise InvalidRequest(
@@ -254,6 +247,22 @@ def stage_destination(
         raise InvalidRequest(
             f"The output directory's parent {parent} does not exist; create it first."
         )
+    return destination
+
+
+def stage_destination(
+    destination: Path,
+    owner: str | None = None,
+    alive: Callable[[str], bool | None] = owner_alive,
+) -> StagedDestination:
+    """Check the destination before the run; make a staging directory beside it,
+    after removing stale ones of dead pybox processes there.
+
+    The destination must not exist, or be an empty directory: pybox never
+    mixes returned files into existing ones.
+    """
+    destination = check_destination(destination)
+    parent = destination.absolute().parent
     swept = sweep_stale_staging(parent, alive)
     prefix = _staging_prefix(current_owner() if owner is None else owner)
     try:

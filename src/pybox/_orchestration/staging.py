@@ -16,6 +16,7 @@ from pathlib import Path
 from pybox._boxes.outputs import (
     FileMarker,
     ReturnedFile,
+    check_destination,
     discard,
     publish,
     stage_destination,
@@ -23,6 +24,9 @@ from pybox._boxes.outputs import (
 )
 from pybox._core.errors import PyboxError
 from pybox._core.request import PreparedRun
+
+# check_destination is here for front ends: they check a destination before they prepare.
+__all__ = ["OutputStaging", "check_destination", "stage_outputs"]
 
 
 @dataclass(frozen=True)

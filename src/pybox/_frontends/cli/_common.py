@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from pybox._core.display import escape_lines, escape_text, neutralise_output, plural
+from pybox._core.display import escape_lines, escape_text, plural
 from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
 from pybox._core.limits import BUILTIN_DEFAULTS, FIELDS_BY_KEY, LimitField, parse_user_value
 from pybox._core.receipt import Receipt, Status
@@ -188,21 +188,6 @@ def is_terminal(stream: TextIO) -> bool:
 def styled(stream: TextIO) -> bool:
     """Whether pybox marks its lines on `stream`: a terminal that understands escapes."""
     return is_terminal(stream) and os.environ.get("TERM", "") != "dumb"
-
-
-def write_program_output(data: bytes, stream: TextIO) -> bytes:
-    """Write a program's output to `stream` and return what was written.
-
-    To a file or a pipe the bytes go as they are. To a terminal they go through
-    `neutralise_output`: escapes, lone CRs and other controls are shown as text,
-    so the program cannot recolour, move, clear or retitle the terminal, or
-    open a string that would hide pybox's lines after it.
-    """
-    shown = neutralise_output(data) if is_terminal(stream) else data
-    stream.flush()
-    stream.buffer.write(shown)
-    stream.flush()
-    return shown
 
 
 def say_after_output(lines: list[str], stream: TextIO, output_ended_line: bool) -> None:

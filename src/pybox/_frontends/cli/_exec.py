@@ -22,15 +22,15 @@ from pybox._frontends.cli._common import (
     Commands,
     add_bounded_flags,
     bounded_flag_values,
-    is_terminal,
     json_error,
     open_session,
     read_file,
     say,
     say_after_output,
     status_exit_code,
-    write_program_output,
 )
+from pybox._frontends.cli._live import LiveOutput
+from pybox._orchestration.staging import check_destination
 
 EXEC_JSON_VERSION = 1
 
@@ -103,10 +103,12 @@ def _json_error(exc: PyboxError) -> str:
 def cmd_exec(args: argparse.Namespace) -> int:
     try:
         request = _exec_request(args)
+        destination = Path(args.output).absolute() if args.output is not None else None
+        if destination is not None:
+            check_destination(destination)  # bad input is named before the engine is asked
         session = open_session(args)
         # A bad request is refused before the engine is touched; nothing is staged yet.
         prepared = session.prepare(request)
-        destination = Path(args.output).absolute() if args.output is not None else None
         staging = session.stage_outputs(prepared, destination)
         for stale in staging.swept if staging is not None else ():
             say(f"pybox: removed {stale}: partial files of a pybox that was killed")
@@ -116,8 +118,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise
     interrupted = False
     files_dir = staging.files_dir if staging is not None else None
+    # --json keeps its one record on stdout: no live output beside it.
+    live = None if args.json else LiveOutput(prepared.limits.output_bytes)
     try:
-        outcome = session.run(prepared, files_dir=files_dir)
+        outcome = session.run(
+            prepared, files_dir=files_dir, on_event=None if live is None else live.sink
+        )
     except RunInterrupted as stop:
         # Ctrl-C or SIGTERM: the box is gone; show what the run produced so far.
         outcome, interrupted = stop.outcome, True
@@ -126,10 +132,14 @@ def cmd_exec(args: argparse.Namespace) -> int:
             staging.discard()
         if args.json:
             say(_json_error(exc), sys.stdout)
+        if live is not None:
+            _end_live_output(live)
         raise
     except BaseException:
         if staging is not None:
             staging.discard()
+        if live is not None:
+            _end_live_output(live)
         raise
     publish_error: PyboxError | None = None
     if staging is not None:
@@ -139,22 +149,26 @@ def cmd_exec(args: argparse.Namespace) -> int:
             # Nothing is lost: the files stay in the staging directory, which is reported.
             publish_error, destination = exc, staging.files_dir
     notes = [] if publish_error is None else [f"pybox: {publish_error}"]
-    _print_outcome(args, outcome, destination, notes)
+    _print_outcome(args, outcome, destination, notes, live)
     if publish_error is not None:
         return EXIT_PYBOX_FAILED
     return EXIT_STOPPED if interrupted else status_exit_code(outcome.receipt)
 
 
 def _print_outcome(
-    args: argparse.Namespace, outcome: RunOutcome, destination: Path | None, notes: list[str]
+    args: argparse.Namespace,
+    outcome: RunOutcome,
+    destination: Path | None,
+    notes: list[str],
+    live: LiveOutput | None,
 ) -> None:
-    if args.json:
+    if live is None:  # --json
         say(json.dumps(exec_json(outcome, destination)), sys.stdout)
         for note in notes:
             say(note)
         return
-    shown_out = write_program_output(outcome.stdout, sys.stdout)
-    shown_err = write_program_output(outcome.stderr, sys.stderr)
+    # The head was shown as it arrived; now the rest the receipt kept, then the receipt.
+    ended_line, lost = live.finish(outcome)
     lines = outcome.receipt.summary_lines()
     if args.quiet:
         lines = lines[:1]  # the status line: what happened, the exit code, the run id
@@ -162,16 +176,14 @@ def _print_outcome(
         lines.append(
             f"  files:  {plural(len(outcome.output_files), 'file')} written to {destination}"
         )
-    say_after_output([*lines, *notes], sys.stderr, _ended_line(shown_out, shown_err))
+    say_after_output([*lines, *lost, *notes], sys.stderr, ended_line)
 
 
-def _ended_line(shown_out: bytes, shown_err: bytes) -> bool:
-    """Whether the output last shown where the receipt goes ended its line."""
-    if shown_err:
-        return shown_err.endswith(b"\n")
-    if shown_out and is_terminal(sys.stdout) and is_terminal(sys.stderr):
-        return shown_out.endswith(b"\n")  # both on the one screen
-    return True
+def _end_live_output(live: LiveOutput) -> None:
+    """The run raised: let what was shown end its line, so pybox's error starts its own."""
+    ended_line, _ = live.finish(None)
+    if not ended_line:
+        sys.stderr.write("\n")
 
 
 def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> None:

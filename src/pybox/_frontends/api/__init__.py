@@ -1,179 +1,90 @@
-"""The Python API: `run_container()`, `repair()` and a reusable `Client`."""
+"""The Python API: `run_container()`, `stream_container()`, `repair()` and a reusable `Client`."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict, TypeVar, Unpack
+from typing import Unpack
 
-from pybox._boxes.record import RunOutcome
 from pybox._core.errors import InvalidRequest
-from pybox._core.limit_surfaces import api_limits_doc, limit_request_from_keywords
-from pybox._core.limits import LIMIT_FIELDS
-from pybox._core.receipt import Receipt
+from pybox._core.events import EventSink, OutputChunk, RunEvent
+from pybox._core.limit_surfaces import limit_request_from_keywords
 from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
-from pybox._core.request import InputFile, RunRequest
+from pybox._core.request import PreparedRun, RunRequest
 from pybox._features.repair.loop import RepairJob, RepairLoop
+from pybox._frontends.api._options import (
+    EventCallback,
+    GoalLike,
+    InputLike,
+    LimitOptions,
+    ModelLike,
+    OutputCallback,
+    RepairOptions,
+    RunOptions,
+    StreamOptions,
+    _env,
+    _inputs,
+    _limit_keywords,
+)
+from pybox._frontends.api._results import OutputFile, RunResult, _result
+from pybox._orchestration.live import EventPump, EventStream
 from pybox._orchestration.session import Session
+from pybox._orchestration.staging import OutputStaging, check_destination
 
-InputLike = InputFile | tuple[str, bytes]
-_F = TypeVar("_F", bound=Callable[..., object])
-GoalLike = RepairGoal | str
-ModelLike = RepairModel | str | Sequence[str]
+__all__ = [
+    "Client",
+    "EventCallback",
+    "InputLike",
+    "LimitOptions",
+    "OutputCallback",
+    "OutputFile",
+    "RepairOptions",
+    "RunOptions",
+    "RunResult",
+    "RunStream",
+    "StreamOptions",
+    "repair",
+    "run_container",
+    "stream_container",
+]
 
 
-class LimitOptions(TypedDict, total=False):
-    """The per-run box limits, in base units (None: the operator's default).
+class RunStream(EventStream[RunResult]):
+    """A run's events as they happen (`Client.stream`), and its `RunResult` at the end.
 
-    Written out for type checkers; `LIMIT_FIELDS` is the table it must match (a
-    unit test says so), and the table is what parses them at run time.
+    Iterate for `RunStarted`, `OutputChunk`, `FileReturned` and `RunEnded`; read
+    `result` for the result (waits for the end); `close()` (or leaving a `with`
+    block) stops a run that is still going and returns once its box is removed.
     """
 
-    timeout_s: float | None
-    memory_bytes: int | None
-    cpus: float | None
-    pids: int | None
-    open_files: int | None
-    writable_bytes: int | None
-    output_bytes: int | None
-    output_files: int | None
-    output_files_bytes: int | None
-    input_bytes: int | None
-
-
-class RunOptions(LimitOptions, total=False):
-    """The keyword arguments of `Client.run` and `run_container`."""
-
-    inputs: Iterable[InputLike]
-    argv: Sequence[str]
-    stdin: str | bytes | None
-    env: Mapping[str, str] | Iterable[tuple[str, str]] | None
-    collect_outputs: bool
-    output_dir: str | os.PathLike[str] | None
-    image: str
-    code_name: str
-    cancel: threading.Event | None
-
-
-class RepairOptions(LimitOptions, total=False):
-    """The optional keyword arguments of `Client.repair` and `repair`."""
-
-    budget: RepairBudget | None
-    code_name: str
-    image: str
-    cancel: threading.Event | None
-
-
-def _limit_keywords(func: _F) -> _F:
-    """Show `**limits` as the table's ten keyword-only parameters, first among the
-    keywords (help(), IDEs; as in `RunOptions`), and list them with their units in
-    the docstring. `Client.run` used to spell the ten out by hand."""
-    signature = inspect.signature(func)
-    params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    at = next((i for i, p in enumerate(params) if p.kind is p.KEYWORD_ONLY), len(params))
-    limits = [
-        inspect.Parameter(
-            f.attr,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=None,
-            annotation=f"{'int' if f.integral else 'float'} | None",
-        )
-        for f in LIMIT_FIELDS
-    ]
-    func.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[*params[:at], *limits, *params[at:]]
-    )
-    func.__doc__ = (
-        f"{(func.__doc__ or '').rstrip()}\n\n"
-        "        Per-run limits (keywords; None or left out: the operator's default):\n\n"
-        f"{api_limits_doc(indent='        ')}\n"
-    )
-    return func
-
 
 @dataclass(frozen=True)
-class OutputFile:
-    """A file the program left in its output folder."""
+class _Job:
+    """A run that was prepared, with its returned files' staging, not yet started."""
 
-    path: str
-    data: bytes
-    sha256: str
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What a run produced. A failing program is a result, not an exception."""
-
-    status: str
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    stdout_bytes: bytes
-    stderr_bytes: bytes
-    receipt: Receipt
-    output_files: tuple[OutputFile, ...] = ()
-    output_dir: Path | None = None
-    # Staging folders of killed pybox processes removed beside `output_dir`.
-    stale_staging_removed: tuple[Path, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "succeeded"
+    prepared: PreparedRun
+    staging: OutputStaging | None
+    destination: Path | None
 
 
-def _inputs(inputs: Iterable[InputLike]) -> tuple[InputFile, ...]:
-    converted: list[InputFile] = []
-    for item in inputs:
-        if isinstance(item, InputFile):
-            converted.append(item)
-        elif isinstance(item, tuple) and len(item) == 2:
-            name, data = item
-            if isinstance(data, str):
-                data = data.encode("utf-8")
-            converted.append(InputFile(name, data))
-        else:
-            raise InvalidRequest(
-                f"Each input must be a (name, bytes) pair or an InputFile, not {item!r}."
-            )
-    return tuple(converted)
+def _callbacks(
+    on_output: OutputCallback | None, on_event: EventCallback | None
+) -> EventSink | None:
+    """One sink calling the caller's callbacks (None without any)."""
+    if on_output is None and on_event is None:
+        return None
 
+    def sink(event: RunEvent) -> None:
+        if on_output is not None and isinstance(event, OutputChunk):
+            on_output(event.stream, event.data)
+        if on_event is not None:
+            on_event(event)
 
-def _env(env: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> tuple[tuple[str, str], ...]:
-    if env is None:
-        return ()
-    pairs = env.items() if isinstance(env, Mapping) else env
-    converted: list[tuple[str, str]] = []
-    for pair in pairs:
-        if not (isinstance(pair, tuple | list) and len(pair) == 2):
-            raise InvalidRequest(f"env must be a mapping or (name, value) pairs, not {pair!r}.")
-        converted.append((pair[0], pair[1]))
-    return tuple(converted)
-
-
-def _result(
-    outcome: RunOutcome,
-    files: tuple[OutputFile, ...],
-    output_dir: Path | None,
-    swept: tuple[Path, ...] = (),
-) -> RunResult:
-    receipt = outcome.receipt
-    return RunResult(
-        status=receipt.status.value,
-        exit_code=receipt.exit_code,
-        stdout=outcome.stdout.decode("utf-8", "replace"),
-        stderr=outcome.stderr.decode("utf-8", "replace"),
-        stdout_bytes=outcome.stdout,
-        stderr_bytes=outcome.stderr,
-        receipt=receipt,
-        output_files=files,
-        output_dir=output_dir,
-        stale_staging_removed=swept,
-    )
+    return sink
 
 
 class Client:
@@ -239,6 +150,8 @@ class Client:
         image: str = "stdlib",
         code_name: str = "main.py",
         cancel: threading.Event | None = None,
+        on_output: OutputCallback | None = None,
+        on_event: EventCallback | None = None,
         **limits: Unpack[LimitOptions],
     ) -> RunResult:
         """Run `code` in a fresh sealed box and return its output and receipt.
@@ -253,7 +166,86 @@ class Client:
         on standard input (none: end-of-file at once); `env` adds environment
         variables (credential-shaped names need the operator's consent). Inputs
         sit next to the program: `open("data.csv")` and `import helper` work.
+
+        While it runs, `on_output(stream, data)` gets each piece of output as it
+        arrives (`stream` is "stdout" or "stderr"; `data` the program's bytes, untrusted)
+        and `on_event(event)` every event (`RunStarted`, `OutputChunk`,
+        `FileReturned`, `RunEnded`). Live output stops once a stream has
+        delivered `output_bytes`; the result keeps the receipt's head and tail
+        as always. Callbacks are called in order on a thread of pybox's, so a
+        slow one never delays the box's deadline; `run` returns after the last
+        one returned. A callback that raises is not called again: the run goes
+        on to its end, its box is removed, and `run` raises that exception.
         """
+        job = self._job(
+            code,
+            inputs=inputs,
+            argv=argv,
+            stdin=stdin,
+            env=env,
+            collect_outputs=collect_outputs,
+            output_dir=output_dir,
+            image=image,
+            code_name=code_name,
+            cancel=cancel,
+            **limits,
+        )
+        sink = _callbacks(on_output, on_event)
+        if sink is None:
+            return self._finish(job, cancel, None)
+        pump = EventPump(sink, name="pybox-callbacks")
+        try:
+            return self._finish(job, cancel, pump, pump)
+        finally:
+            pump.close()
+
+    def stream(self, code: str | bytes, **options: Unpack[StreamOptions]) -> RunStream:
+        """Start running `code` as `run` would, and iterate over its events as they happen.
+
+        Options are `run`'s, but the callbacks. A request that is refused raises
+        here, before anything is created. Iterating yields `RunStarted`, then
+        `OutputChunk`s and `FileReturned`s as they come, then `RunEnded`, once the
+        box is removed; `result` is the `RunResult` (it waits for the end).
+        Leaving early stops the run and still removes its box: use a `with`
+        block, or call `close()`; a `for` loop over a stream nobody else holds
+        does it when left with `break`.
+
+            with client.stream(code, timeout_s=60) as events:
+                for event in events:
+                    if isinstance(event, pybox.OutputChunk):
+                        print(event.stream, event.data)
+                result = events.result
+        """
+        return self._stream(self._job(code, **options), options.get("cancel"))
+
+    def _stream(
+        self, job: _Job, given: threading.Event | None, after: Callable[[], None] | None = None
+    ) -> RunStream:
+        def work(sink: EventSink, cancel: threading.Event) -> RunResult:
+            try:
+                return self._finish(job, cancel, sink)
+            finally:
+                if after is not None:
+                    after()
+
+        return RunStream(work, cancel=given, name=f"pybox-run-{job.prepared.run_id}")
+
+    def _job(
+        self,
+        code: str | bytes,
+        *,
+        inputs: Iterable[InputLike] = (),
+        argv: Sequence[str] = (),
+        stdin: str | bytes | None = None,
+        env: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        collect_outputs: bool = False,
+        output_dir: str | os.PathLike[str] | None = None,
+        image: str = "stdlib",
+        code_name: str = "main.py",
+        cancel: threading.Event | None = None,
+        **limits: Unpack[LimitOptions],
+    ) -> _Job:
+        """The run prepared and its files staged; a bad request is refused here."""
         if isinstance(code, str):
             code = code.encode("utf-8")
         if isinstance(stdin, str):
@@ -271,14 +263,31 @@ class Client:
             env=_env(env),
             stdin_bytes=b"" if stdin is None else stdin,
         )
-        session = self._session
-        prepared = session.prepare(request)  # refused before the file system is touched
         destination = Path(output_dir) if output_dir is not None else None
-        staging = session.stage_outputs(prepared, destination)
-        swept = staging.swept if staging is not None else ()
+        if destination is not None:
+            check_destination(destination)  # bad input is named before the engine is asked
+        session = self._session
+        prepared = session.prepare(request)  # refused before anything is staged
+        return _Job(prepared, session.stage_outputs(prepared, destination), destination)
+
+    def _finish(
+        self,
+        job: _Job,
+        cancel: threading.Event | None,
+        on_event: EventSink | None,
+        pump: EventPump | None = None,
+    ) -> RunResult:
+        """Run the prepared job; its returned files read, published or discarded."""
+        staging = job.staging
         try:
             files_dir = staging.files_dir if staging is not None else None
-            outcome = session.run(prepared, files_dir=files_dir, cancel=cancel)
+            outcome = self._session.run(
+                job.prepared, files_dir=files_dir, cancel=cancel, on_event=on_event
+            )
+            if pump is not None:
+                pump.close()  # every callback has returned
+                if pump.error is not None:
+                    raise pump.error
             files: tuple[OutputFile, ...] = ()
             if staging is not None:
                 files = tuple(
@@ -293,7 +302,8 @@ class Client:
             staging.publish()
         elif staging is not None:
             staging.discard()
-        return _result(outcome, files, destination, swept)
+        swept = staging.swept if staging is not None else ()
+        return _result(outcome, files, job.destination, swept)
 
     def repair(
         self,
@@ -358,3 +368,15 @@ def run_container(code: str | bytes, **options: Unpack[RunOptions]) -> RunResult
     """
     with Client(warm_pool=False) as client:
         return client.run(code, **options)
+
+
+def stream_container(code: str | bytes, **options: Unpack[StreamOptions]) -> RunStream:
+    """Run `code` once in a fresh sealed box and iterate over its events. See
+    `Client.stream`; a one-shot call like `run_container` (no warm pool)."""
+    client = Client(warm_pool=False)
+    try:
+        job = client._job(code, **options)
+    except BaseException:
+        client.close()
+        raise
+    return client._stream(job, options.get("cancel"), after=client.close)
