@@ -1,4 +1,4 @@
-"""The text of an MCP tool result: pybox's lines first, the program's output fenced after."""
+"""The text of an MCP tool result: pybox's lines first, the box's words fenced after."""
 
 from __future__ import annotations
 
@@ -37,12 +37,14 @@ def test_box_text_stays_out_of_pybox_part_and_inside_tagged_sections(
             files=[(f"bad\n{FORGED}", b"1"), ("r\u202eyxt.py", b"2")],
         ),
     )
-    pybox_part = text.partition("\n--- begin program stdout")[0]
-    # pybox's part: the summary and the names, escaped and quoted; no program output.
-    assert f"\n{FORGED}" not in pybox_part and "hello" not in pybox_part
-    assert f"'bad\\n{FORGED}' (control characters in the name)" in pybox_part
-    assert "returned file 'r\\u202eyxt.py' (1 byte)" in pybox_part
+    pybox_part = text.partition("\n--- begin box-reported files")[0]
+    # pybox's part: the summary and counts; no name and no program output.
+    assert FORGED not in pybox_part and "hello" not in pybox_part and "yxt" not in pybox_part
+    assert "skipped: 1 output file listed as not returned" in pybox_part
     assert all(line.isprintable() for line in pybox_part.split("\n"))
+    files = text.partition("\n--- begin box-reported files")[2]
+    assert f"skipped 'bad\\n{FORGED}': control characters in the name" in files
+    assert "returned 'r\\u202eyxt.py' (1 byte)" in files
     # The program's part: each stream between tagged lines the program could not print.
     tag = re.search(r"\(untrusted\) ([0-9a-f]{16}) ---", text)
     assert tag is not None

@@ -205,7 +205,7 @@ class Box:
                 interrupted = program.cancelled = True
                 self.broken = "the run was interrupted"
             except SandboxError as exc:
-                program.sandbox_error = str(exc)
+                program.sandbox_error, program.sandbox_error_quote = str(exc), exc.quote
                 self.broken = self.broken or str(exc)[:300]
             except EngineError as exc:
                 program.sandbox_error = f"The engine failed during the run: {exc}"
@@ -343,7 +343,7 @@ def run_once(
         except KeyboardInterrupt:
             interrupted = program.cancelled = True
         except SandboxError as exc:
-            program.sandbox_error = str(exc)
+            program.sandbox_error, program.sandbox_error_quote = str(exc), exc.quote
         except EngineError as exc:
             if box.container_id is None:
                 raise

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pybox._adapters.host_facts import current_owner, owner_alive
+from pybox._core.boxquote import quoting
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.receipt import ReturnedFileDigest, SkippedFile
 from pybox._core.wire import MAX_SKIPPED_LISTED, ProtocolError
@@ -74,7 +75,8 @@ class FilesReceiver:
             raise ProtocolError("The box started a new file before finishing the previous one.")
         path, size = header.get("path"), header.get("size")
         if not isinstance(path, str) or type(size) is not int or size < 0:
-            raise ProtocolError(f"The box sent an unreadable file header: {header!r}")
+            message, quote = quoting("The box sent an unreadable file header: ", repr(header))
+            raise ProtocolError(message, quote=quote)
         self._remaining = size
         reason = _unsafe_path(path)
         if reason is None and path in self._paths:

@@ -19,6 +19,7 @@ from pybox._boxes.outputs import FilesReceiver
 from pybox._boxes.record import RunRecord, iso_now
 from pybox._boxes.relay import EventRelay
 from pybox._core import wire
+from pybox._core.boxquote import BoxQuote, quoting
 from pybox._core.capture import HeadTailCapture
 from pybox._core.errors import EngineError, SandboxError
 from pybox._core.events import EventSink, FileReturned, RunStarted
@@ -76,6 +77,7 @@ class ProgramRun:
         box.programs += 1
         self.marks: dict[str, float] = {}
         self.sandbox_error: str | None = None
+        self.sandbox_error_quote: BoxQuote | None = None
         self.deadline_kill = False
         self.cancelled = False
         self._killer: threading.Thread | None = None
@@ -85,6 +87,7 @@ class ProgramRun:
         # After the exit report only the returned files are at stake: a failure
         # there is listed in `unknown` and never replaces the program's status.
         self.files_lost: str | None = None
+        self.files_lost_quote: BoxQuote | None = None
         self.acked = False  # the program's end acknowledged: protocol 2's next may follow
         self.stdout = HeadTailCapture(limits.output_bytes)
         self.stderr = HeadTailCapture(limits.output_bytes)
@@ -122,15 +125,23 @@ class ProgramRun:
             if self._killer is not None:
                 self._killer.join(timeout=DRAIN_AFTER_KILL_S)
         if self.exit_info is None and not (self.deadline_kill or self.cancelled):
-            reason = self.bootstrap_error or self._diagnostics_text() or "no exit report"
+            box_words = self.bootstrap_error or self._diagnostics_text()
+            reason = box_words or "no exit report"
             # The box ended without reporting: let the engine's evidence speak (OOM, exit code).
-            self.unknown.append(
-                Unknown("the program's own exit report", f"the box ended without one ({reason})")
-            )
+            if box_words:
+                text, quote = quoting("the box ended without one (", box_words, ")")
+                self.unknown.append(Unknown("the program's own exit report", text, quote))
+            else:
+                self.unknown.append(
+                    Unknown(
+                        "the program's own exit report", f"the box ended without one ({reason})"
+                    )
+                )
             if self.many:
                 box.broken = box.broken or f"it ended without an exit report ({reason[:200]})"
             if self.bootstrap_error is not None:
-                raise SandboxError(f"The in-box bootstrap failed: {self.bootstrap_error}")
+                message, quote = quoting("The in-box bootstrap failed: ", self.bootstrap_error)
+                raise SandboxError(message, quote=quote)
 
     def _send_payload(self, stream: AttachStream) -> None:
         request, limits = self.request, self.limits
@@ -234,7 +245,9 @@ class ProgramRun:
         except wire.ProtocolError as exc:
             if self.exit_info is None:
                 raise
-            self._files_broke_off(f"the box broke the protocol while sending them ({exc})")
+            self._files_broke_off(
+                "the box broke the protocol while sending them", str(exc), exc.quote
+            )
             self._ack(stream)
             if self.many:
                 self.box.broken = "it broke the protocol"
@@ -265,7 +278,9 @@ class ProgramRun:
             self._bootstrap_ready(frame.json())
         elif kind == wire.K_ERROR and self.exit_info is not None:
             last_words = str(frame.json().get("message"))[:2000]
-            self._files_broke_off(f"the bootstrap failed while sending them ({last_words})")
+            self._files_broke_off(
+                "the bootstrap failed while sending them", last_words, BoxQuote(0, len(last_words))
+            )
             self._ack(stream)
         elif kind == wire.K_ERROR:
             message = frame.json().get("message")
@@ -282,9 +297,12 @@ class ProgramRun:
             stream.send(wire.ACK)
             self.acked = True
 
-    def _files_broke_off(self, why: str) -> None:
+    def _files_broke_off(self, what: str, detail: str, quote: BoxQuote | None) -> None:
+        """Why the returned files broke off: `what (detail)`, where `quote` (relative
+        to `detail`) marks the box's words in the detail."""
         if self.files_lost is None:
-            self.files_lost = why
+            self.files_lost = f"{what} ({detail})"
+            self.files_lost_quote = None if quote is None else quote.shifted(len(what) + 2)
 
     def _bootstrap_ready(self, report: dict[str, Any]) -> None:
         self._mark("bootstrap_ready")
@@ -412,7 +430,9 @@ class ProgramRun:
             exit_info=self.exit_info,
             files_report=self.files_report,
             files_lost=self.files_lost,
+            files_lost_quote=self.files_lost_quote,
             sandbox_error=self.sandbox_error,
+            sandbox_error_quote=self.sandbox_error_quote,
             deadline_kill=self.deadline_kill,
             cancelled=self.cancelled,
             kernel=self.kernel,

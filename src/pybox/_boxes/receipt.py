@@ -12,6 +12,7 @@ from typing import Any
 
 from pybox._boxes.record import RunRecord
 from pybox._core import wire
+from pybox._core.boxquote import quoting
 from pybox._core.display import plural
 from pybox._core.posture import INPUT_DIR, OUTPUT_DIR, PYBOX_ROOT, TMP_DIR
 from pybox._core.receipt import (
@@ -45,6 +46,7 @@ def build_receipt(record: RunRecord) -> Receipt:
     status, cause, exit_code = classify(
         Evidence(
             sandbox_error=sandbox_error,
+            sandbox_error_quote=record.sandbox_error_quote if record.sandbox_error else None,
             cancelled=record.cancelled,
             deadline_kill=record.deadline_kill,
             timeout_s=record.limits.timeout_s,
@@ -172,6 +174,7 @@ def _files_unknown(record: RunRecord) -> list[Unknown]:
             Unknown(
                 "returned files",
                 f"{record.files_lost}; {_kept(received, ' before that')}",
+                record.files_lost_quote,  # at the same place: the message starts with it
             )
         ]
     report = record.files_report
@@ -185,7 +188,8 @@ def _files_unknown(record: RunRecord) -> list[Unknown]:
         ]
     problem = report.get("problem")
     if isinstance(problem, str):
-        return [Unknown("returned files", f"{problem[:300]} (the box's report)")]
+        reason, quote = quoting("", problem[:300], " (the box's report)")
+        return [Unknown("returned files", reason, quote)]
     return []
 
 

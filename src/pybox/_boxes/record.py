@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pybox._boxes.outputs import ReturnedFile
+from pybox._core.boxquote import BoxQuote
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
 from pybox._core.posture import BoxSpec, PostureReport
@@ -75,6 +76,9 @@ class RunRecord:
     skipped_files: tuple[SkippedFile, ...]  # pybox's own skips, the first listed
     skipped_more: int  # and how many more pybox skipped
     leftovers_swept: int
+    # Where the box's own words are in `files_lost` and `sandbox_error`, if there.
+    files_lost_quote: BoxQuote | None = None
+    sandbox_error_quote: BoxQuote | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ data in the receipt.
 
 from __future__ import annotations
 
+from pybox._core.boxquote import BoxQuote
+
 
 class PyboxError(Exception):
     """Base class of every error pybox raises on purpose."""
@@ -58,7 +60,13 @@ class StateError(PyboxError):
 
 
 class SandboxError(PyboxError):
-    """The box could not be made or kept as promised (posture, protocol)."""
+    """The box could not be made or kept as promised (posture, protocol).
+
+    `quote` marks the part of the message that came from inside the box, if any."""
+
+    def __init__(self, message: str, *, quote: BoxQuote | None = None) -> None:
+        super().__init__(message)
+        self.quote = quote
 
 
 class PostureMismatch(SandboxError):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
+from pybox._core.boxquote import NOT_IN_JSON, BoxQuote
 from pybox._core.display import escape_text, plural, quoted
 from pybox._core.limits import FIELDS_BY_ATTR, MIB
 
@@ -45,6 +46,8 @@ class Cause:
     summary: str
     known: bool
     evidence: tuple[str, ...] = ()
+    # The part of `summary` that came from inside the box, if any (not in the JSON).
+    quote: BoxQuote | None = field(default=None, compare=False, metadata=NOT_IN_JSON)
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,8 @@ class ProgramReported:
 class Unknown:
     fact: str
     reason: str
+    # The part of `reason` that came from inside the box, if any (not in the JSON).
+    quote: BoxQuote | None = field(default=None, compare=False, metadata=NOT_IN_JSON)
 
 
 @dataclass(frozen=True)
@@ -254,19 +259,23 @@ class Receipt:
     receipt_version: int = RECEIPT_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["status"] = self.status.value
+        data: dict[str, Any] = _jsonable(self)
         ordered = {"receipt_version": self.receipt_version}
         ordered.update({k: v for k, v in data.items() if k != "receipt_version"})
-        result: dict[str, Any] = _jsonable(ordered)
-        return result
+        return ordered
 
-    def summary_lines(self) -> list[str]:
-        """A short human summary of the same record (for stderr)."""
-        return summarize(self)
+    def summary_lines(self, notes: list[str] | None = None) -> list[str]:
+        """A short human summary of the same record (for stderr); see `summarize`."""
+        return summarize(self, notes)
 
 
 def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _jsonable(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.metadata.get("json", True)
+        }
     if isinstance(value, dict):
         return {key: _jsonable(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
@@ -294,7 +303,22 @@ def _count(value: int | None, singular: str) -> str:
     return f"unknown {singular}s" if value is None else plural(value, singular)
 
 
-def summarize(receipt: Receipt) -> list[str]:
+def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
+    """The receipt in a few human lines, every one escaped.
+
+    With `notes` (a list to fill), no line carries a word that came from inside
+    the box: each quoted box text is replaced by a pointer (`box-reported note N`)
+    and appended to `notes`, and skipped files are only counted (their names and
+    reasons are the caller's to show, apart). Without it, they are shown inline,
+    escaped and quoted (the CLI's terminal receipt).
+    """
+
+    def said(text: str, quote: BoxQuote | None) -> str:
+        if notes is None or quote is None:
+            return text
+        notes.append(quote.said(text))
+        return quote.pointing(text, f"[box-reported note {len(notes)}]")
+
     limits = receipt.configured.limits
     engine = receipt.observed_by_engine
     kernel = receipt.observed_by_kernel
@@ -304,7 +328,7 @@ def summarize(receipt: Receipt) -> list[str]:
     lines = [
         f"pybox: {receipt.status.value}{exit_text} in {_seconds(pybox.run_duration_s)} "
         f"(run {receipt.run_id})",
-        f"  cause:  {receipt.cause.summary}",
+        f"  cause:  {said(receipt.cause.summary, receipt.cause.quote)}",
     ]
     image = receipt.configured.image
     posture = (
@@ -357,9 +381,17 @@ def summarize(receipt: Receipt) -> list[str]:
     )
     if program.output_files_skipped:
         unlisted = any(u.fact == OTHER_SKIPPED_FACT for u in receipt.unknown)
-        lines.append(skipped_line(program.output_files_skipped, unlisted))
+        if notes is None:
+            lines.append(skipped_line(program.output_files_skipped, unlisted))
+        else:
+            more = ", and more (see unknown)" if unlisted else ""
+            lines.append(
+                f"  skipped: {plural(len(program.output_files_skipped), 'output file')} "
+                f"listed as not returned{more}; names and reasons in the box-reported "
+                "files section below"
+            )
     for unknown in receipt.unknown:
-        lines.append(f"  unknown: {unknown.fact}: {unknown.reason}")
+        lines.append(f"  unknown: {unknown.fact}: {said(unknown.reason, unknown.quote)}")
     # Names, reasons and messages may come from inside the box: no line may carry
     # a character a terminal acts on (see pybox._core.display).
     return [escape_text(line) for line in lines]

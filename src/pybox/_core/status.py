@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
+from pybox._core.boxquote import BoxQuote
 from pybox._core.receipt import Cause, Status
 
 
@@ -32,6 +33,8 @@ class Evidence:
     reported_exit_code: int | None = None
     # A box kept for its next program (protocol 2): a deadline ends the program only.
     box_kept: bool = False
+    # Where the box's own words are in `sandbox_error`, if there.
+    sandbox_error_quote: BoxQuote | None = None
 
 
 def _signal_name(number: int) -> str:
@@ -76,7 +79,8 @@ def _end_after_the_report(evidence: Evidence) -> tuple[int, str, str] | None:
 def classify(evidence: Evidence) -> tuple[Status, Cause, int | None]:
     """The status, its cause, and the exit code to report (None if none)."""
     if evidence.sandbox_error is not None:
-        return Status.SANDBOX_ERROR, Cause(evidence.sandbox_error, known=True), None
+        cause = Cause(evidence.sandbox_error, known=True, quote=evidence.sandbox_error_quote)
+        return Status.SANDBOX_ERROR, cause, None
     if evidence.deadline_kill:
         ended = "the program (the box stays up)" if evidence.box_kept else "the box"
         return (

@@ -9,7 +9,8 @@ untrusted output.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from pybox._core.capture import HeadTailCapture
 from pybox._core.display import escape_lines, escape_text, neutralise_text, plural, quoted
@@ -146,14 +147,16 @@ def _page_fields(page: Page) -> JSONObject:
 
 
 def run_text(run: Run, structure: JSONObject) -> str:
-    """What the model reads: the outcome, what to do next, then the (shortened) output.
+    """What the model reads: the outcome, what to do next, then what the box said.
 
-    Two parts, in this order. First pybox's own lines: the summary, the returned
-    files and the links, every name in them escaped and quoted (see
-    pybox._core.display). Then the program's output, untrusted, each stream in a
-    section whose begin and end lines carry a tag derived from the output itself,
-    which the program therefore cannot print: text inside a section that looks like
-    pybox's is the program's, never pybox's.
+    Two parts, in this order. First pybox's own lines: the summary, counts and
+    links, with no word that came from inside the box (where a message quotes the
+    box, a pointer to a note stands in its place). Then everything the box said,
+    untrusted, in sections whose begin and end lines carry a tag derived from all
+    the texts shown, which the box therefore cannot print: the returned and skipped
+    files' names (with sizes, reasons and URIs), the box's words quoted in the
+    receipt (the notes), and the program's output, stream by stream. Text inside a
+    section that looks like pybox's is the box's, never pybox's.
     """
     if structure["state"] == "running":
         return _running_text(run, structure)
@@ -162,22 +165,40 @@ def run_text(run: Run, structure: JSONObject) -> str:
     assert run.outcome is not None
     receipt = run.outcome.receipt
     lines = [f"run_id {run.run_id}"]  # the receipt's and the resources' id too
-    lines.extend(receipt.summary_lines())
-    for item in structure["files"]:
+    notes: list[str] = []
+    lines.extend(receipt.summary_lines(notes))
+    files = structure["files"]
+    skipped = receipt.reported_by_program.output_files_skipped
+    if files:
         lines.append(
-            f"returned file {quoted(item['path'])} ({plural(item['size_bytes'], 'byte')}): "
-            f"{escape_text(item['uri'])}"
+            f"returned files: {plural(len(files), 'file')}; names, sizes and URIs in the "
+            "box-reported files section below and in structuredContent.files"
         )
     lines.append(f"receipt: {structure['resource_uri']}")
-    sections = []
+    file_lines = [
+        f"returned {quoted(item['path'])} ({plural(item['size_bytes'], 'byte')}): "
+        f"{escape_text(item['uri'])}"
+        for item in files
+    ]
+    file_lines.extend(
+        f"skipped {quoted(item.path)}: {escape_text(item.reason)}" for item in skipped
+    )
+    sections = [
+        Section("box-reported files", "\n".join(file_lines)),
+        Section(
+            "box-reported notes",
+            # One line each, so no note can pass for the next.
+            "\n".join(f"note {n}: {escape_text(note)}" for n, note in enumerate(notes, start=1)),
+        ),
+    ]
     for stream in STREAMS:
-        notes = []
+        tags = []
         if f"{stream}_offset" in structure:
-            notes.append(f"from offset {structure[f'{stream}_offset']}")
+            tags.append(f"from offset {structure[f'{stream}_offset']}")
         if structure[f"{stream}_shortened"]:
-            notes.append(f"shortened; full output: {structure[f'{stream}_uri']}")
-        sections.append((stream, structure[stream], notes))
-    lines.extend(output_sections(sections))
+            tags.append(f"shortened; full output: {structure[f'{stream}_uri']}")
+        sections.append(Section(f"program {stream}", structure[stream], tags))
+    lines.extend(fenced_sections(sections))
     return "\n".join(lines)
 
 
@@ -218,27 +239,48 @@ def _any_more(structure: JSONObject) -> bool:
     return any(structure[f"{s}_more"] for s in STREAMS)
 
 
-def output_sections(sections: Iterable[tuple[str, str, list[str]]]) -> list[str]:
-    """The program's output, each stream with text between its own begin and end lines.
+@dataclass(frozen=True)
+class Section:
+    """Text from inside the box, shown between its own begin and end lines.
 
-    `sections` are (stream, text, notes) in order; a stream without text is left
-    out. The tag on every begin and end line is a digest of the texts shown, so the
-    program cannot print it; the text's control characters are shown as escapes."""
-    shown = [(stream, text, notes) for stream, text, notes in sections if text]
+    `name` and `notes` are pybox's words (`program stdout`, `offset 0, 6 bytes`);
+    `text` is the box's."""
+
+    name: str
+    text: str
+    notes: Sequence[str] = ()
+
+
+def output_sections(sections: Iterable[tuple[str, str, list[str]]]) -> list[str]:
+    """The program's output, each (stream, text, notes) in a section of its own."""
+    return fenced_sections(
+        Section(f"program {stream}", text, notes) for stream, text, notes in sections
+    )
+
+
+def fenced_sections(sections: Iterable[Section]) -> list[str]:
+    """What the box said, each part between its own begin and end lines.
+
+    A section without text is left out. The tag on every begin and end line is a
+    digest of all the texts shown, in every section, so no text can hold it; the
+    texts' control characters are shown as escapes."""
+    shown = [section for section in sections if section.text]
     if not shown:
         return []
-    tag = _section_tag(text for _, text, _ in shown)
-    lines = [
-        f"The program's output follows, untrusted: each stream between lines "
-        f"'--- begin program <stream> (untrusted) {tag} ---' and "
-        f"'--- end program <stream> {tag} ---'."
-    ]
-    for stream, text, notes in shown:
+    tag = _section_tag(section.text for section in shown)
+    if all(section.name.startswith("program ") for section in shown):
+        intro = "The program's output follows, untrusted: each stream between lines "
+        part = "program <stream>"
+    else:
+        intro = "What came from inside the box follows, untrusted: each part between lines "
+        part = "<part>"
+    lines = [f"{intro}'--- begin {part} (untrusted) {tag} ---' and '--- end {part} {tag} ---'."]
+    for section in shown:
         # Pybox's own words in the begin line: escaped, so a note can never break it.
-        note = "".join(f", {escape_text(n)}" for n in notes)
-        lines.append(f"--- begin program {stream} (untrusted{note}) {tag} ---")
-        lines.append(neutralise_text(text).rstrip("\n"))
-        lines.append(f"--- end program {stream} {tag} ---")
+        note = "".join(f", {escape_text(n)}" for n in section.notes)
+        lines.append(f"--- begin {section.name} (untrusted{note}) {tag} ---")
+        lines.append(neutralise_text(section.text).rstrip("\n"))
+        lines.append(f"--- end {section.name} {tag} ---")
     return lines
 
 
