@@ -14,6 +14,12 @@ spawning it to its exit, with its output read. Two pairs (``--only`` picks one):
   receipt; the argv is bench/_docker.py's, as in bench/compare.py), running
   ``/usr/bin/python3 -`` with the same stdin. Target: p50 ratio <= 0.8x.
 
+pybox's modules are byte-compiled first, as installing a wheel does: with
+``PYTHONDONTWRITEBYTECODE`` set (as in some sandboxes) an editable install
+would otherwise compile every module it imports in every timed run, and the
+figures would be the compiler's. The report says what was compiled
+(``bytecode``); ``--no-compile`` times the tree as it is.
+
 This machine is shared and noisy, so every round runs each command once, in
 an order that rotates from round to round, and each ratio divides by the
 baseline measured in the same rounds. Warm-up rounds are not counted. The
@@ -105,6 +111,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--pybox", default=None, help="the pybox console script (default: next to --python)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="time the modules as found (default: byte-compile them first, as an install does)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.warmup < 0:
         parser.error(f"--rounds must be at least 1 (got {args.rounds}), --warmup at least 0")
@@ -134,6 +145,35 @@ def check_executables(python: Path, pybox_script: Path) -> str | None:
 
 def _executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
+
+
+def compile_pybox(python: str) -> dict[str, Any]:
+    """Byte-compile the pybox package `python` imports, as installing a wheel does."""
+    where = subprocess.run(
+        [python, "-c", "import os, pybox; print(os.path.dirname(pybox.__file__))"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=PROCESS_TIMEOUT_S,
+    )
+    package = where.stdout.strip()
+    if where.returncode != 0 or not package:
+        raise BenchFailure(f"cannot find the pybox package of {python}: {where.stderr[-300:]!r}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    done = subprocess.run(
+        [python, "-m", "compileall", "-q", package],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=PROCESS_TIMEOUT_S,
+    )
+    if done.returncode != 0:
+        raise BenchFailure(f"compileall {package} failed: {done.stdout[-300:]!r}")
+    return {
+        "compiled": package,
+        "dont_write_bytecode_in_env": "PYTHONDONTWRITEBYTECODE" in os.environ,
+    }
 
 
 def commands(
@@ -223,6 +263,7 @@ def build_report(
     box: tuple[str, Mapping[str, float]],
     found: Mapping[str, Command],
     walls: Mapping[str, Sequence[float]],
+    bytecode: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     stats = {name: wall_stats(values, UPPER_PCT) for name, values in walls.items()}
     return {
@@ -238,6 +279,7 @@ def build_report(
         "limits": dict(box[1]),
         "rounds": args.rounds,
         "warmup_rounds": args.warmup,
+        "bytecode": dict(bytecode or {}),
         "argv": {name: list(command.argv) for name, command in found.items()},
         "wall": stats,
         "comparisons": comparisons(stats),
@@ -257,6 +299,8 @@ def report_lines(report: Mapping[str, Any]) -> Iterator[str]:
     yield f"  python {report['python']}; pybox {report['pybox']}"
     if report["image_id"]:
         yield f"  image {report['image_id']}"
+    compiled = report["bytecode"].get("compiled")
+    yield f"  bytecode: {'compiled first: ' + compiled if compiled else 'as found (--no-compile)'}"
     yield (
         f"  {report['rounds']} rounds after {report['warmup_rounds']} warm-up; "
         "order rotates each round; whole processes"
@@ -281,12 +325,13 @@ def report_lines(report: Mapping[str, Any]) -> Iterator[str]:
 def run(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     started_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     machine = machine_facts()
+    bytecode = {} if args.no_compile else compile_pybox(args.python)
     box: tuple[str, Mapping[str, float]] = ("", {})
     if "exec" in args.pairs:
         box = recorded_box(ctx)  # the stdlib image and default limits, from a receipt
     found = commands(args, box[0], box[1], ctx.token)
     walls = measure(ctx, found, args.rounds, args.warmup)
-    return build_report(args, started_at, machine, box, found, walls)
+    return build_report(args, started_at, machine, box, found, walls, bytecode)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

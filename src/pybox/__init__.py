@@ -21,29 +21,73 @@ from pybox._core.errors import (
     RequestRejected,
     SandboxError,
 )
-from pybox._core.events import FileReturned, OutputChunk, RunEnded, RunEvent, RunStarted
-from pybox._core.receipt import RECEIPT_VERSION, Receipt, Status
-from pybox._core.repair import (
-    REPAIR_VERSION,
-    RepairBudget,
-    RepairGoal,
-    RepairModel,
-    RepairReport,
-    RepairRound,
-    RepairRun,
-    StopReason,
-)
-from pybox._core.request import InputFile
-from pybox._frontends.api import (
-    Client,
-    OutputFile,
-    RunResult,
-    RunStream,
-    repair,
-    run_container,
-    stream_container,
-)
+from pybox._core.lazy import lazy_names
 from pybox._version import __version__
+
+# The rest of the public API is imported on first use (PEP 562): `import pybox`,
+# and with it every `pybox` command, does not pay for the orchestration. Not
+# `typing.TYPE_CHECKING`: importing typing costs the command line too; type
+# checkers treat any constant of that name alike.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pybox._core.events import FileReturned, OutputChunk, RunEnded, RunEvent, RunStarted
+    from pybox._core.receipt import RECEIPT_VERSION, Receipt, Status
+    from pybox._core.repair import (
+        REPAIR_VERSION,
+        RepairBudget,
+        RepairGoal,
+        RepairModel,
+        RepairReport,
+        RepairRound,
+        RepairRun,
+        StopReason,
+    )
+    from pybox._core.request import InputFile
+    from pybox._frontends.api import (
+        Client,
+        OutputFile,
+        RunResult,
+        RunStream,
+        repair,
+        run_container,
+        stream_container,
+    )
+
+# Public name -> the module that defines it.
+_LAZY = {
+    **dict.fromkeys(
+        ("FileReturned", "OutputChunk", "RunEnded", "RunEvent", "RunStarted"), "pybox._core.events"
+    ),
+    **dict.fromkeys(("RECEIPT_VERSION", "Receipt", "Status"), "pybox._core.receipt"),
+    **dict.fromkeys(
+        (
+            "REPAIR_VERSION",
+            "RepairBudget",
+            "RepairGoal",
+            "RepairModel",
+            "RepairReport",
+            "RepairRound",
+            "RepairRun",
+            "StopReason",
+        ),
+        "pybox._core.repair",
+    ),
+    "InputFile": "pybox._core.request",
+    **dict.fromkeys(
+        (
+            "Client",
+            "OutputFile",
+            "RunResult",
+            "RunStream",
+            "repair",
+            "run_container",
+            "stream_container",
+        ),
+        "pybox._frontends.api",
+    ),
+}
+
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 __all__ = [
     "RECEIPT_VERSION",

@@ -158,3 +158,13 @@ def test_rounds_keep_only_the_measured_ones_and_render(binaries: tuple[Path, Pat
     assert "pybox version / python -c pass" in text
     assert "load 1.0 2.0 3.0 at start" in text
     assert "python_pass       2" in text
+
+
+def test_pybox_is_byte_compiled_before_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Timing an editable install under PYTHONDONTWRITEBYTECODE would time the compiler."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    compiled = cli_startup.compile_pybox(sys.executable)
+    package = Path(compiled["compiled"])
+    assert (package / "__init__.py").is_file()
+    assert compiled["dont_write_bytecode_in_env"] is True
+    assert list((package / "__pycache__").glob("__init__.*.pyc"))

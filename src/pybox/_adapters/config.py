@@ -16,7 +16,6 @@ and the local engine elsewhere. A `[colima]` table names trusted `colima` and
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +125,8 @@ def config_file_path(environ: Mapping[str, str], explicit: str | None) -> tuple[
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    import tomllib  # about 3 ms, and most runs have no config file
+
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from pybox._core.errors import ConfigError
@@ -15,12 +15,15 @@ from pybox._core.seccomp import (
 )
 
 PROFILE_FILE = "seccomp.json"
+# Read beside the code, not through importlib.resources (which costs every run a few
+# ms of imports): pybox is installed as files (its lock files are found the same way).
+PROFILE_PATH = Path(__file__).parents[1] / "_core" / PROFILE_FILE
 
 
 def seccomp_profile() -> str:
     """pybox's seccomp profile, shipped in the package, as canonical JSON."""
     try:
-        text = resources.files("pybox._core").joinpath(PROFILE_FILE).read_text("utf-8")
+        text = PROFILE_PATH.read_text("utf-8")
         return canonical(text)
     except (OSError, ValueError) as exc:
         raise ConfigError(

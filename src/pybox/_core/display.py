@@ -31,8 +31,9 @@ _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # What a terminal acts on in program output: C0 controls but TAB and LF, a CR
 # that does not end a line, DEL, C1 controls, the bidirectional controls whose
 # effect runs on past their own text, line/paragraph separators, and the
-# stand-ins (lone surrogates) for bytes that were not UTF-8.
-_OUTPUT_UNSAFE = re.compile(
+# stand-ins (lone surrogates) for bytes that were not UTF-8. A pattern string: `re`
+# compiles it on first use and keeps it, so importing this module costs no compile.
+_OUTPUT_UNSAFE = (
     "\r(?!\n)|[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f"
     "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]"
 )
@@ -66,7 +67,7 @@ def escape_lines(text: str) -> str:
 
 def neutralise_text(text: str) -> str:
     """A program's output (as text) with what a terminal would act on shown as escapes."""
-    return _OUTPUT_UNSAFE.sub(lambda match: _escape_char(match.group()), text)
+    return re.sub(_OUTPUT_UNSAFE, lambda match: _escape_char(match.group()), text)
 
 
 def neutralise_output(data: bytes) -> bytes:

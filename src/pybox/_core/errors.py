@@ -7,7 +7,11 @@ data in the receipt.
 
 from __future__ import annotations
 
-from pybox._core.boxquote import BoxQuote
+# Only an annotation here: every `pybox` command imports this module, and
+# boxquote imports dataclasses (tests/unit/test_cli_startup.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pybox._core.boxquote import BoxQuote
 
 
 class PyboxError(Exception):

@@ -2,6 +2,7 @@
 
 - `endpoint`: where the engine is and how pybox found it;
 - `transport`: how bytes get there (a unix socket today; TCP+TLS or ssh plug in here);
+- `http1`: HTTP/1.1 on one connection, as much as the Engine API needs (not `http.client`);
 - `errors`: the one place that turns an engine's HTTP answer into an exception;
 - `stream`: the hijacked attach connection and its stdout/stderr demultiplexing;
 - `interface`: what boxes need and what images need from an engine (Protocols);

@@ -8,7 +8,6 @@ lost engine each become an exception in exactly one place.
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,9 +16,10 @@ from typing import Any, Self
 from pybox._core.errors import EngineError
 from pybox._engine.endpoint import EngineEndpoint
 from pybox._engine.errors import api_error, connection_lost, unreachable
+from pybox._engine.http1 import Headers, ProtocolError, exchange
 from pybox._engine.interface import JSONObject
 from pybox._engine.stream import DockerAttachStream
-from pybox._engine.transport import Transport, TransportHTTPConnection, UnixTransport
+from pybox._engine.transport import Transport, UnixTransport
 
 # The oldest Engine API with every field pybox sets and reads back, and the
 # newest it has been checked against. pybox talks the highest both sides know.
@@ -117,41 +117,35 @@ class EngineHTTP:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         versioned: bool = True,
         extra_headers: Mapping[str, str] | None = None,
-    ) -> tuple[int, bytes, http.client.HTTPMessage]:
+    ) -> tuple[int, bytes, Headers]:
         """One HTTP request: status, body and headers; transport failures raised here."""
         full_path = self._path(path, query, versioned)
-        conn = TransportHTTPConnection(self._transport, timeout_s)
+        headers = {"Host": "docker", **(extra_headers or {})}
+        payload: bytes | Iterable[bytes] | None = None
+        if body is not None:
+            payload = json.dumps(body).encode()
+        elif stream_body is not None:
+            payload = stream_body  # sent chunked
+        elif raw_body is not None:
+            payload = raw_body
+        if payload is not None:
+            headers["Content-Type"] = content_type
+        sock = None
         try:
-            headers = {"Host": "docker", **(extra_headers or {})}
-            payload: bytes | Iterable[bytes] | None = None
-            if body is not None:
-                payload = json.dumps(body).encode()
-            elif stream_body is not None:
-                payload = stream_body
-                headers["Transfer-Encoding"] = "chunked"
-            elif raw_body is not None:
-                payload = raw_body
-            if payload is not None:
-                headers["Content-Type"] = content_type
-            conn.request(
-                method,
-                full_path,
-                body=payload,
-                headers=headers,
-                encode_chunked=stream_body is not None,
-            )
-            response = conn.getresponse()
-            return response.status, response.read(), response.headers
+            sock = self._transport.open(timeout_s)
+            response = exchange(sock, method, full_path, headers, payload)
+            return response.status, response.body, response.headers
         except TimeoutError:
             raise EngineError(
                 f"The engine did not answer {method} {path} within {timeout_s:g} s."
             ) from None
         except (ConnectionError, FileNotFoundError, PermissionError) as exc:
             raise unreachable(self._endpoint, exc) from exc
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, ProtocolError) as exc:
             raise connection_lost(self._endpoint, f"{method} {path}", exc) from exc
         finally:
-            conn.close()
+            if sock is not None:
+                sock.close()
 
     def _call(
         self,

@@ -1,12 +1,11 @@
 """How bytes reach the engine: the seam where TCP+TLS or ssh would plug in.
 
 The client asks a transport for a connected stream socket and speaks HTTP/1.1
-over it; it never opens a socket itself. `UnixTransport` is today's only one.
+over it (`http1`); it never opens a socket itself. `UnixTransport` is today's only one.
 """
 
 from __future__ import annotations
 
-import http.client
 import socket
 from typing import Protocol
 
@@ -43,15 +42,3 @@ class UnixTransport:
             sock.close()
             raise
         return sock
-
-
-class TransportHTTPConnection(http.client.HTTPConnection):
-    """http.client over whatever socket the transport opens."""
-
-    def __init__(self, transport: Transport, timeout_s: float) -> None:
-        # The Host header is fixed ("docker"); the name here is never resolved.
-        super().__init__("localhost", timeout=timeout_s)
-        self._transport = transport
-
-    def connect(self) -> None:
-        self.sock = self._transport.open(self.timeout if self.timeout is not None else 60.0)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from importlib.resources import files
+from pathlib import Path
+
+# Beside this file, as pybox is installed; not through importlib.resources, whose
+# imports would cost every run a few milliseconds.
+BOOTSTRAP_PATH = Path(__file__).with_name("bootstrap.py")
 
 
 def bootstrap_source() -> str:
-    return files(__name__).joinpath("bootstrap.py").read_text(encoding="utf-8")
+    return BOOTSTRAP_PATH.read_text(encoding="utf-8")

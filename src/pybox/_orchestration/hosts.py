@@ -14,12 +14,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pybox._adapters.cgroups import Sampler, SamplerFactory, local_sampler_factory
-from pybox._adapters.colima.profile import PROFILE, Colima, VMSize
-from pybox._adapters.colima.sampler import vm_sampler_factory
-from pybox._adapters.colima.tools import HOMEBREW_BIN_DIRS, find_tool
 from pybox._adapters.config import Settings
 from pybox._adapters.host_facts import owner_alive
 from pybox._adapters.quarantine import mark_quarantined
@@ -27,6 +24,10 @@ from pybox._boxes.outputs import FileMarker
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._core.errors import InvalidRequest, PlatformError, VMIsolationError
 from pybox._engine import DockerEngine, Engine, find_endpoint
+
+# The Colima driver is imported where the VM is used: a Linux run does not pay for it.
+if TYPE_CHECKING:
+    from pybox._adapters.colima.profile import Colima, VMSize
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,15 @@ def make_colima(
     environ: Mapping[str, str],
     tools: ToolPaths = NO_TOOL_PATHS,
     *,
-    search_dirs: Sequence[str] = HOMEBREW_BIN_DIRS,
+    search_dirs: Sequence[str] | None = None,
     require_docker: bool = True,
 ) -> Colima:
     """Find the tools (explicit flag, then PYBOX_COLIMA / PYBOX_DOCKER_CLI, then
-    the config file, then Homebrew's folders) and return the Colima driver."""
+    the config file, then `search_dirs`: Homebrew's folders) and return the Colima driver."""
+    from pybox._adapters.colima.profile import Colima
+    from pybox._adapters.colima.tools import HOMEBREW_BIN_DIRS, find_tool
+
+    search_dirs = HOMEBREW_BIN_DIRS if search_dirs is None else search_dirs
     colima = find_tool(
         "colima",
         tools.colima or environ.get("PYBOX_COLIMA") or settings.colima.colima,
@@ -86,6 +91,8 @@ def make_colima(
 
 
 def vm_size(settings: Settings) -> VMSize:
+    from pybox._adapters.colima.profile import VMSize
+
     colima = settings.colima
     return VMSize(cpus=colima.cpus, memory_gib=colima.memory_gib, disk_gib=colima.disk_gib)
 
@@ -202,6 +209,8 @@ class ColimaHost:
         """Re-read the profile's files before every box: a long-lived session must
         not keep using a VM that was reconfigured with a mount or a port forwarder
         after it connected."""
+        from pybox._adapters.colima.profile import PROFILE
+
         problems = self.colima().config_problems()
         if problems:
             raise VMIsolationError(
@@ -211,6 +220,8 @@ class ColimaHost:
             )
 
     def sampler_factory(self) -> SamplerFactory:
+        from pybox._adapters.colima.sampler import vm_sampler_factory
+
         def factory(container_id: str) -> Sampler | None:
             return vm_sampler_factory(self.colima())(container_id)
 

@@ -10,19 +10,16 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
-from pybox._adapters.colima.rootfs_build import VM_DEBIAN_KEYRING, VMRootfsBuilder
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
 from pybox._adapters.host_facts import current_owner, owner_alive
-from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._boxes.box import run_once
 from pybox._boxes.cleanup import SweepReport, sweep
 from pybox._boxes.outputs import FileMarker
-from pybox._boxes.pool import PoolKey, PoolStats, WarmPool
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._boxes.record import RunOutcome
 from pybox._boxes.spec import BoxContext, new_run_id
@@ -37,7 +34,6 @@ from pybox._core.request import PreparedRun, RunRequest, check_request
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
 from pybox._features.images.lock_plans import lock_changed
-from pybox._features.images.operations import ImageOperations
 from pybox._features.images.records import (
     BuildPlan,
     ImageStatus,
@@ -47,12 +43,17 @@ from pybox._features.images.records import (
     plan_stdlib,
     verify_for_run,
 )
-from pybox._features.vm.setup import vm_build_source
 from pybox._inbox import bootstrap_source
-from pybox._orchestration.doctor import engine_facts, leftover_boxes
 from pybox._orchestration.hosts import Host, open_host
 from pybox._orchestration.staging import OutputStaging, stage_outputs
 from pybox._version import __version__
+
+# What only images, the VM, doctor and the warm pool need is imported where they
+# are used: a one-shot `pybox exec` does not pay for it.
+if TYPE_CHECKING:
+    from pybox._adapters.rootfs import Progress
+    from pybox._boxes.pool import PoolStats
+    from pybox._features.images.operations import ImageOperations
 
 
 class Session:
@@ -97,7 +98,11 @@ class Session:
         self._confinement: Confinement | None = None
         # Long-lived users (the MCP server, a Client) get a warm pool; one-shot
         # CLI calls do not pay to fill one.
-        self._pool = WarmPool(self._context, pool, log) if pool is not None else None
+        self._pool = None
+        if pool is not None:
+            from pybox._boxes.pool import WarmPool
+
+            self._pool = WarmPool(self._context, pool, log)
         # Where boxes run (`open` chooses; sessions built directly are local).
         self.host = host
         self.platform = host.name if host else "linux"
@@ -247,15 +252,22 @@ class Session:
 
     def engine_report(self) -> dict[str, Any]:
         """Socket, versions, cgroup version and runtimes of the engine."""
+        from pybox._orchestration.doctor import engine_facts
+
         engine = self.engine
         facts = engine_facts(engine, engine.info())
         return {"socket": engine.endpoint.url, "found_by": engine.endpoint.found_by, **facts}
 
     def leftovers(self) -> list[dict[str, Any]]:
+        from pybox._orchestration.doctor import leftover_boxes
+
         return leftover_boxes(self.engine, self.is_owner_alive)
 
     def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
         if self.host is not None and self.host.in_vm:
+            from pybox._adapters.colima.rootfs_build import VM_DEBIAN_KEYRING
+            from pybox._features.vm.setup import vm_build_source
+
             # Checked before the VM is touched: a Mac has no apt sources to default to.
             source = vm_build_source(self.host, mirror, suite)
             mirror, suite = source.checked()
@@ -274,6 +286,8 @@ class Session:
     ) -> ImageRecord:
         builder = None
         if self.host is not None and self.host.in_vm:
+            from pybox._adapters.colima.rootfs_build import VMRootfsBuilder
+
             builder = VMRootfsBuilder(self.host.colima())
         return build_stdlib(self.engine, self.state, plan, progress, force=force, builder=builder)
 
@@ -282,6 +296,8 @@ class Session:
 
     def images(self) -> ImageOperations:
         """Building from locks, verifying, removing, pulling and pushing images."""
+        from pybox._features.images.operations import ImageOperations
+
         return ImageOperations(lambda: self.engine, self.state, self.owner, self._environ)
 
     def sweep(self) -> SweepReport:
@@ -333,6 +349,8 @@ class Session:
             self.host.check_before_run()
         warm = None
         if self._pool is not None:
+            from pybox._boxes.pool import PoolKey
+
             key = PoolKey.of(image, limits, request.code_name)
             warm = self._pool.take(key)
         try:
@@ -360,6 +378,8 @@ class Session:
         """
         if self._pool is None:
             return False
+        from pybox._boxes.pool import PoolKey
+
         prepared = self.prepare(request or RunRequest(code=b""))
         key = PoolKey.of(prepared.image, prepared.limits, prepared.request.code_name)
         self._sweep_once()

@@ -6,10 +6,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pybox._adapters.host_facts import apt_sources, base_mirror, os_codename
-from pybox._adapters.rootfs import Progress, RootfsBuilder
-from pybox._adapters.rootfs_unshare import BuildAccess, build_access, local_builder
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, EngineError, ImageBuildError, ImageError, PyboxError
 from pybox._core.images import (
@@ -23,6 +22,12 @@ from pybox._core.images import (
 )
 from pybox._core.posture import BOX_USER, DEFAULT_PATH, WORK_DIR
 from pybox._engine import Engine, JSONObject
+
+# The stdlib build's tools are imported by the build: a run checks its image
+# with this module and does not pay for them.
+if TYPE_CHECKING:
+    from pybox._adapters.rootfs import Progress, RootfsBuilder
+    from pybox._adapters.rootfs_unshare import BuildAccess
 
 BUILDER_VERSION = 1
 STDLIB_PACKAGES = ("python3",)
@@ -111,6 +116,8 @@ def other_users_image_hint(engine: Engine, state: StateStore) -> str | None:
 
 def stdlib_build_access() -> BuildAccess:
     """What building the stdlib image needs from this user here, and what is missing."""
+    from pybox._adapters.rootfs_unshare import build_access
+
     return build_access()
 
 
@@ -150,6 +157,8 @@ def build_stdlib(
     if plan.up_to_date and not force and plan.recorded is not None:
         progress(f"stdlib is up to date ({plan.recorded.image_id[:19]}); nothing to build")
         return plan.recorded
+    from pybox._adapters.rootfs_unshare import local_builder
+
     builder = builder or local_builder()
     builder.require_tools(progress)
     recipe = plan.recipe

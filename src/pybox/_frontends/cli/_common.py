@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import difflib
-import json
 import os
 import re
 import sys
-import textwrap
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, NoReturn, TextIO
 
 from pybox._core.display import escape_lines, escape_text, plural
 from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
-from pybox._core.limits import BUILTIN_DEFAULTS, FIELDS_BY_KEY, LimitField, parse_user_value
-from pybox._core.receipt import Receipt, Status
-from pybox._core.repair import REPAIR_DEFAULTS, REPAIR_FIELDS_BY_KEY
-from pybox._orchestration.hosts import ToolPaths
-from pybox._orchestration.session import Session
+
+# What a command needs is imported where it is used: `pybox version` and
+# `pybox --help` import this module and no more (tests/unit/test_cli_startup.py).
+# Not typing's TYPE_CHECKING: importing typing costs every command.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn, TextIO
+
+    from pybox._core.limits import LimitField
+    from pybox._core.receipt import Receipt
+    from pybox._orchestration.hosts import ToolPaths
+    from pybox._orchestration.session import Session
 
 EXIT_TIMED_OUT = 124
 EXIT_PYBOX_FAILED = 125
@@ -27,14 +29,23 @@ EXIT_REJECTED = 2
 EXIT_STOPPED = 130
 
 # What `add_subparsers()` returns; argparse does not name the type publicly.
-Commands = Any
+if TYPE_CHECKING:
+    Commands = Any
+else:
+    Commands = object  # only ever an annotation
 # CLI flag -> (configuration key, help text), for flags that set a bounded value.
 FlagTable = Mapping[str, tuple[str, str]]
-# The built-in defaults of each table of bounded fields, for --help.
-_BUILTIN_DEFAULTS: tuple[tuple[Mapping[str, LimitField], object], ...] = (
-    (FIELDS_BY_KEY, BUILTIN_DEFAULTS),
-    (REPAIR_FIELDS_BY_KEY, REPAIR_DEFAULTS),
-)
+
+
+def _builtin_defaults(fields: Mapping[str, LimitField]) -> object | None:
+    """The built-in defaults of a table of bounded fields, for --help."""
+    from pybox._core.limits import BUILTIN_DEFAULTS, FIELDS_BY_KEY
+
+    if fields is FIELDS_BY_KEY:
+        return BUILTIN_DEFAULTS
+    from pybox._core.repair import REPAIR_DEFAULTS, REPAIR_FIELDS_BY_KEY
+
+    return REPAIR_DEFAULTS if fields is REPAIR_FIELDS_BY_KEY else None
 
 
 EXIT_CODES_HELP = """\
@@ -83,6 +94,8 @@ class ArgumentParser(argparse.ArgumentParser):
         unknown = [item for item in extras if item.startswith("-") and item != "-"]
         if unknown:
             flag = unknown[0].split("=", 1)[0]
+            import difflib
+
             known = [o for o in self._option_string_actions if o.startswith("--")]
             near = difflib.get_close_matches(flag, known, n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
@@ -169,6 +182,8 @@ def say(message: str, stream: TextIO | None = None) -> None:
 
 def fit(text: str, width: int = TERMINAL_COLUMNS, indent: str = "    ") -> str:
     """`text` escaped and wrapped to `width` columns, later lines indented by `indent`."""
+    import textwrap
+
     return textwrap.fill(
         escape_text(text),
         width=width,
@@ -221,6 +236,8 @@ def progress(message: str) -> None:
 
 
 def open_session(args: argparse.Namespace) -> Session:
+    from pybox._orchestration.session import Session
+
     return Session.open(os.environ, args.config)
 
 
@@ -235,10 +252,14 @@ def add_tool_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def tool_paths(args: argparse.Namespace) -> ToolPaths:
+    from pybox._orchestration.hosts import ToolPaths
+
     return ToolPaths(colima=args.colima, docker=args.docker)
 
 
 def status_exit_code(receipt: Receipt) -> int:
+    from pybox._core.receipt import Status
+
     if receipt.status is Status.TIMED_OUT:
         return EXIT_TIMED_OUT
     if receipt.status is Status.STOPPED:
@@ -249,6 +270,8 @@ def status_exit_code(receipt: Receipt) -> int:
 
 
 def read_file(path: str, what: str) -> bytes:
+    from pathlib import Path
+
     try:
         return Path(path).read_bytes()
     except OSError as exc:
@@ -264,6 +287,8 @@ def error_kind(exc: BaseException) -> str:
 
 def json_error(version_key: str, version: int, exc: PyboxError) -> str:
     """The one-line JSON error record of a command's `--json` output."""
+    import json
+
     return json.dumps(
         {version_key: version, "error": {"kind": error_kind(exc), "message": str(exc)}}
     )
@@ -274,7 +299,7 @@ def add_bounded_flags(
     flags: FlagTable,
     fields: Mapping[str, LimitField],
 ) -> None:
-    defaults = next((d for f, d in _BUILTIN_DEFAULTS if f is fields), None)
+    defaults = _builtin_defaults(fields)
     for flag, (key, help_text) in flags.items():
         field = fields[key]
         metavar = field.unit.upper().replace(" ", "_")
@@ -290,6 +315,8 @@ def bounded_flag_values(
     args: argparse.Namespace, flags: FlagTable, fields: Mapping[str, LimitField]
 ) -> dict[str, float | int]:
     """The values given for `flags`, in base units, keyed by attribute."""
+    from pybox._core.limits import parse_user_value
+
     values: dict[str, float | int] = {}
     for flag, (key, _) in flags.items():
         raw = getattr(args, flag.lstrip("-").replace("-", "_"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -17,7 +16,6 @@ from pybox._frontends.cli._common import (
     say,
     tool_paths,
 )
-from pybox._orchestration.doctor import diagnose
 from pybox._version import __version__
 
 
@@ -35,6 +33,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from pybox._orchestration.doctor import diagnose
+
     report = diagnose(os.environ, args.config, tool_paths(args))
     # A problem found is a failure: scripts and CI can rely on the exit code.
     code = 0 if report["ok"] else EXIT_PYBOX_FAILED
