@@ -85,7 +85,7 @@ def nothing_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
         if not left:
             break
         time.sleep(0.5)
-    assert not left, f"{len(left)} pybox box(es) left behind by the tests: {sorted(left)}"
+    assert not left, f"{len(left)} pybox boxes left behind by the tests: {sorted(left)}"
 
 
 def _owned_by_another_live_process(container: dict[str, Any]) -> bool:

@@ -392,7 +392,7 @@ def test_platform_is_chosen_from_the_os_unless_overridden(
     [
         ('platform = "windows"\n', "platform must be one of auto, linux, colima"),
         ("[colima]\ncpus = 0\n", "colima.cpus must be a positive whole number"),
-        ("[colima]\nmemory = 4\n", "unknown [colima] setting(s) memory"),
+        ("[colima]\nmemory = 4\n", "unknown [colima] setting memory"),
         ("[colima]\ncolima = 3\n", "colima.colima must be a path string"),
     ],
 )

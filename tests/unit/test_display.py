@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from pybox._core.display import (
     escape_text,
     neutralise_output,
     neutralise_text,
+    noun,
     plural,
     quoted,
 )
@@ -171,3 +173,23 @@ def test_every_box_sourced_field_of_the_summary_is_escaped(
     )
     _assert_inert(hostile.summary_lines())
     assert "'s\\u202e' (because\\x1b[2J)" in "\n".join(hostile.summary_lines())
+
+
+def test_noun_is_the_word_for_its_count() -> None:
+    assert noun(1, "setting") == "setting"
+    assert noun(0, "setting") == "settings"
+    assert noun(2, "leftover box", "leftover boxes") == "leftover boxes"
+
+
+def test_no_message_in_the_source_says_a_word_with_s_in_brackets() -> None:
+    """ "1 setting(s)" reads badly: every count in a message picks its word."""
+
+    src = Path(__file__).resolve().parents[2] / "src" / "pybox"
+    found = []
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value.replace("http(s)", "")
+                if "(s)" in text or "(es)" in text:
+                    found.append(f"{path.relative_to(src)}:{node.lineno}: {text[:60]!r}")
+    assert not found, found

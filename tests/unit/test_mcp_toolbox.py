@@ -81,7 +81,7 @@ def test_a_declared_tool_is_listed_checked_and_dispatched(
         ({}, "'n' is missing"),
         ({"n": "3"}, "n must be a whole number"),
         ({"n": 11}, "n must be between 0 and 10"),
-        ({"n": 1, "m": 2}, "unknown argument(s) 'm'"),
+        ({"n": 1, "m": 2}, "unknown argument 'm'"),
     ]
     for bad, says in bad_calls:
         result = peer.call("double_it", bad)["result"]

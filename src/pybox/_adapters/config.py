@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.state import default_state_dir
+from pybox._core.display import noun
 from pybox._core.errors import ConfigError
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
 from pybox._core.pool import PoolSettings
@@ -88,7 +89,8 @@ def _colima_settings(data: Any, path: Path) -> ColimaSettings:
     unknown = sorted(set(data) - set(COLIMA_KEYS))
     if unknown:
         raise ConfigError(
-            f"{path}: unknown [colima] setting(s) {', '.join(unknown)}. Known: "
+            f"{path}: unknown [colima] {noun(len(unknown), 'setting')} "
+            f"{', '.join(unknown)}. Known: "
             f"{', '.join(COLIMA_KEYS)}."
         )
     for key, value in data.items():
@@ -178,7 +180,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         unknown = sorted(set(data) - set(CONFIG_SECTIONS))
         if unknown:
             raise ConfigError(
-                f"{path}: unknown setting(s) {', '.join(unknown)}. Known: "
+                f"{path}: unknown {noun(len(unknown), 'setting')} {', '.join(unknown)}. Known: "
                 f"{', '.join(CONFIG_SECTIONS)}."
             )
         policy = policy.with_settings(
@@ -188,7 +190,8 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         unknown = sorted(set(repair) - {"defaults", "ceilings"})
         if unknown:
             raise ConfigError(
-                f"{path}: unknown setting(s) repair.{', repair.'.join(unknown)}. Known: "
+                f"{path}: unknown {noun(len(unknown), 'setting')} "
+                f"repair.{', repair.'.join(unknown)}. Known: "
                 "repair.defaults, repair.ceilings."
             )
         repair_policy = repair_policy.with_settings(

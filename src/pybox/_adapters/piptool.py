@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pybox._core.display import plural
 from pybox._core.errors import ImageBuildError
 from pybox._core.locks import Lock
 
@@ -64,7 +65,11 @@ class PipSettings:
 
     def describe(self) -> str:
         index = redact(self.index_url) if self.index_url else "pip's default index"
-        extra = f" + {len(self.extra_index_urls)} extra index(es)" if self.extra_index_urls else ""
+        extra = (
+            f" + {plural(len(self.extra_index_urls), 'extra index', 'extra indexes')}"
+            if self.extra_index_urls
+            else ""
+        )
         cert = f", CA bundle {self.cert_path}" if self.cert_path else ""
         return f"{index}{extra}{cert} (from {self.found_by})"
 

@@ -13,6 +13,7 @@ from pybox._adapters.cgroups import SamplerFactory
 from pybox._adapters.confinement import confinement
 from pybox._adapters.state import StateStore
 from pybox._core import wire
+from pybox._core.display import plural
 from pybox._core.errors import EngineAPIError, ImageError, PostureMismatch, SandboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
@@ -112,7 +113,8 @@ def refuse_if_weakened(posture: PostureReport) -> None:
         fields = tuple(m.field for m in posture.mismatches)
         details = "; ".join(m.describe() for m in posture.mismatches[:5])
         raise PostureMismatch(
-            f"The box was refused before start: {len(fields)} setting(s) differ from what "
+            f"The box was refused before start: {plural(len(fields), 'setting')} "
+            f"{'differs' if len(fields) == 1 else 'differ'} from what "
             f"pybox asked for: {details}",
             fields=fields,
         )

@@ -78,8 +78,12 @@ def neutralise_output(data: bytes) -> bytes:
 
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:
     """`1 file`, `2 files`, `0 files`; `plural_form` for irregular words (`process`)."""
-    word = singular if count == 1 else (plural_form or singular + "s")
-    return f"{count} {word}"
+    return f"{count} {noun(count, singular, plural_form)}"
+
+
+def noun(count: int, singular: str, plural_form: str | None = None) -> str:
+    """The word alone, for `count` of it: `setting` or `settings`, never both."""
+    return singular if count == 1 else (plural_form or singular + "s")
 
 
 def quoted(text: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pybox._core.display import noun
 from pybox._core.errors import InvalidRequest
 from pybox._core.limits import (
     FIELDS_BY_KEY,
@@ -39,7 +40,7 @@ def limit_request_from_keywords(options: Mapping[str, object]) -> LimitRequest:
     unknown = sorted(set(options) - set(LIMIT_KEYWORDS))
     if unknown:
         raise InvalidRequest(
-            f"Unknown option(s) {', '.join(unknown)}. Per-run limits are: "
+            f"Unknown {noun(len(unknown), 'option')} {', '.join(unknown)}. Per-run limits are: "
             f"{', '.join(LIMIT_KEYWORDS)}."
         )
     return LimitRequest(**options)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 
+from pybox._core.display import noun
 from pybox._core.errors import ConfigError, InvalidRequest
 from pybox._core.images import check_image_name
 
@@ -87,7 +88,9 @@ def parse_pins(text: str, source: str) -> dict[str, ImagePin]:
                 + "; ".join(
                     part
                     for part in (
-                        f"unknown key(s) {', '.join(unknown)}" if unknown else "",
+                        f"unknown {noun(len(unknown), 'key')} {', '.join(unknown)}"
+                        if unknown
+                        else "",
                         f"missing {', '.join(missing)}" if missing else "",
                     )
                     if part

@@ -14,6 +14,7 @@ from typing import Any
 
 from pybox._adapters.rootfs import Progress
 from pybox._core.build_posture import BuildBoxSpec, build_requirements
+from pybox._core.display import plural
 from pybox._core.errors import ImageBuildError
 from pybox._core.limits import MIB
 from pybox._core.posture import (
@@ -122,8 +123,10 @@ def read_back_build_box(engine: Engine, spec: BuildBoxSpec, container_id: str) -
     if not report.ok:
         details = "; ".join(m.describe() for m in report.mismatches[:5])
         raise ImageBuildError(
-            f"The build box was refused before start: {len(report.mismatches)} setting(s) "
-            f"differ from what pybox asked for: {details}. Nothing was built; check the "
+            f"The build box was refused before start: "
+            f"{plural(len(report.mismatches), 'setting')} "
+            f"{'differs' if len(report.mismatches) == 1 else 'differ'} from what pybox asked "
+            f"for: {details}. Nothing was built; check the "
             "engine's configuration (`pybox doctor`)."
         )
     return report

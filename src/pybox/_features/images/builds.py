@@ -31,6 +31,7 @@ from pybox._adapters.piptool import PipSettings, download_pip_wheel, read_cert, 
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._boxes.cleanup import remove_and_confirm
+from pybox._core.display import plural
 from pybox._core.errors import EngineError, ImageBuildError
 from pybox._core.images import (
     LABEL_IMAGE,
@@ -119,8 +120,9 @@ def build_lock_image(
         )
         return BuildResult(plan.recorded, built=False)
     progress(
-        f"building {plan.name} as {plan.reference}: {len(plan.lock.requirements)} locked "
-        f"package(s) from {plan.lock_path} on stdlib {plan.base.image_id[:19]}"
+        f"building {plan.name} as {plan.reference}: "
+        f"{plural(len(plan.lock.requirements), 'locked package')} from {plan.lock_path} "
+        f"on stdlib {plan.base.image_id[:19]}"
     )
     progress(f"pip's configuration: {pip.describe()}")
     for option, why in pip.skipped:

@@ -23,6 +23,7 @@ from pybox._adapters.host_facts import (
     reset_peak_rss,
     rss_bytes,
 )
+from pybox._core.display import plural
 from pybox._core.errors import EngineAPIError
 from pybox._core.limits import LimitRequest
 from pybox._core.posture import (
@@ -217,7 +218,10 @@ def run_leftovers(suite: Suite, verdict: Verdict) -> None:
     verdict.check(run_id not in suite.session.state.attempts(), "the attempt record stayed")
     # Gone means: the engine has no such container and its cgroup is gone.
     judge_gone(verdict, suite.engine, box_id, True, suite.cgroup_exists)
-    verdict.saw("pybox", f"the next run swept {swept} leftover box(es) before it started")
+    verdict.saw(
+        "pybox",
+        f"the next run swept {plural(swept, 'leftover box', 'leftover boxes')} before it started",
+    )
     suite.gone(verdict, outcome.receipt, say=False)
 
 

@@ -14,6 +14,7 @@ import base64
 import binascii
 from typing import Any
 
+from pybox._core.display import noun
 from pybox._core.errors import ConfigError, InvalidRequest
 from pybox._core.limit_surfaces import limits_json_schema
 from pybox._core.limits import (
@@ -48,7 +49,8 @@ def limit_request(where: str, raw: Any) -> LimitRequest:
     unknown = sorted(set(canonical) - set(known))
     if unknown:
         raise ArgumentError(
-            f"{where}: limits: unknown argument(s) {', '.join(map(repr, unknown))}. "
+            f"{where}: limits: unknown {noun(len(unknown), 'argument')} "
+            f"{', '.join(map(repr, unknown))}. "
             f"Known: {', '.join(known)}."
         )
     values: dict[str, float | int] = {}

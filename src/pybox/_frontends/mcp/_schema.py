@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pybox._core.display import noun
 from pybox._frontends.mcp._protocol import ArgumentError, JSONObject
 
 # (where, value) -> the value the handler gets; raises ArgumentError (or a
@@ -163,7 +164,8 @@ def _check_object(
         unknown = sorted(set(value) - set(properties))
         if unknown:
             raise ArgumentError(
-                f"{place}: unknown argument(s) {', '.join(map(repr, unknown))}. "
+                f"{place}: unknown {noun(len(unknown), 'argument')} "
+                f"{', '.join(map(repr, unknown))}. "
                 f"Known: {', '.join(properties)}."
             )
     required: list[str] = schema.get("required", [])
