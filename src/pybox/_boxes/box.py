@@ -67,6 +67,8 @@ class Box:
         protocol: int = wire.ONE_PROGRAM,
         payload_wait_s: float = PAYLOAD_WAIT_S,
         source: str = "fresh",
+        uid: int | None = None,
+        sandbox_store: str = "",
     ) -> None:
         self.context = context
         self.image = image
@@ -82,6 +84,8 @@ class Box:
             expires_at=expires_at,
             payload_wait_s=payload_wait_s,
             protocol=protocol,
+            uid=uid,
+            sandbox_store=sandbox_store,
         )
         self.t0 = time.monotonic()
         self.created_at = iso_now()
@@ -97,6 +101,9 @@ class Box:
         self.idle_since: float | None = None  # since when it has waited for a program
         self.programs = 0
         self.broken: str | None = None  # why it can take no further program
+        # A sandbox this object let go of (kept in the engine): why it takes no
+        # further program through this object.
+        self.let_go: str | None = None
         self.final_inspect: JSONObject | None = None
         self.removal: Removal | None = None
 
@@ -168,22 +175,28 @@ class Box:
         cancel: threading.Event | None = None,
         on_event: EventSink | None = None,
         leftovers_swept: int = 0,
+        limits: Limits | None = None,
     ) -> RunOutcome:
-        """Run one more program in this protocol-2 box; its own receipt comes back.
+        """Run one more program in this protocol-2 or -3 box; its own receipt comes back.
 
-        It runs within the box's limits (the request's own are not consulted:
-        check it against them first, as `Session.prepare` does). A program that
+        It runs within the box's limits, or `limits` where a program's own may be
+        lower (its timeout, its output): the caller checks them against the box's
+        first, as the request's own are not consulted here. A program that
         fails, times out or is stopped leaves the box usable; one that breaks the
         box (or Ctrl-C) removes it, and later calls are refused.
         """
-        if self.protocol != wire.MANY_PROGRAMS:
-            raise ValueError("only a protocol-2 box runs more than one program")
-        if self.removal is not None or self.broken is not None:
-            why = self.broken or "it was removed"
+        if self.protocol not in wire.KEEPS_BOX:
+            raise ValueError("only a protocol-2 or -3 box runs more than one program")
+        if self.removal is not None or self.broken is not None or self.let_go is not None:
+            why = self.broken or self.let_go or "it was removed"
             raise SandboxError(f"The box {self.spec.name} takes no more programs: {why}.")
         if not self.started:
             raise ValueError("open() the box before running programs in it")
-        if self.programs == 0 and request.code_name != self.spec.code_name:
+        if (
+            self.protocol == wire.MANY_PROGRAMS
+            and self.programs == 0
+            and request.code_name != self.spec.code_name
+        ):
             raise InvalidRequest(
                 f"This box's first program is {self.spec.code_name!r} (its interpreter "
                 f"was started for it), not {request.code_name!r}."
@@ -196,6 +209,7 @@ class Box:
             cancel=cancel,
             on_event=on_event,
             leftovers_swept=leftovers_swept,
+            limits=limits,
         )
         interrupted = False
         try:
@@ -203,7 +217,10 @@ class Box:
                 program.run()
             except KeyboardInterrupt:
                 interrupted = program.cancelled = True
-                self.broken = "the run was interrupted"
+                if self.protocol == wire.SANDBOX:
+                    self._let_go()
+                else:
+                    self.broken = "the run was interrupted"
             except SandboxError as exc:
                 program.sandbox_error, program.sandbox_error_quote = str(exc), exc.quote
                 self.broken = self.broken or str(exc)[:300]
@@ -212,12 +229,31 @@ class Box:
                 self.broken = self.broken or "the engine failed"
         finally:
             program.close_observers()
-            if self.broken is None:
+            if self.broken is None and self.let_go is None:
                 self._look(program.unknown)
             if self.broken is not None:
                 self.remove(exit_reported=program.exit_info is not None, unknown=program.unknown)
             self.idle_since = time.monotonic()
         return finish(program, interrupted)
+
+    def _let_go(self) -> None:
+        """A sandbox outlives an interrupted run: ask its bootstrap to stop the
+        program, and let go of the box (this stream's place in the protocol is
+        lost; the next pybox to attach finds its own, see `resync`)."""
+        self.let_go = "the run was interrupted; attach to the sandbox again"
+        try:
+            if self.stream is not None:
+                self.stream.send(wire.STOP)
+        except (OSError, EngineError):
+            pass  # the box stops the program itself at its deadline
+        self._close()
+
+    def let_go_of(self, why: str) -> None:
+        """A sandbox's box stays in the engine; this object takes no further program
+        (a later operation attaches anew, see `pybox._boxes.reattach`)."""
+        if self.removal is None and self.let_go is None:
+            self.let_go = why
+            self._close()
 
     def _look(self, unknown: list[Unknown]) -> None:
         """The engine's view of a box kept for its next program."""

@@ -11,7 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pybox._adapters.state import StateStore
-from pybox._core.posture import LABEL_EXPIRES_AT, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID
+from pybox._core.posture import (
+    LABEL_EXPIRES_AT,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_RUN_ID,
+    LABEL_SANDBOX,
+)
 from pybox._engine import Engine
 
 CONFIRM_WAIT_S = 10.0
@@ -60,7 +66,9 @@ def sweep(
         names = container.get("Names") or [container_id[:12]]
         name = str(names[0]).lstrip("/")
         labels = container.get("Labels") or {}
-        alive = owner_alive(str(labels.get(LABEL_OWNER, "")))
+        # A sandbox's maker may be long gone: only its lifetime decides here.
+        sandbox = LABEL_SANDBOX in labels
+        alive = None if sandbox else owner_alive(str(labels.get(LABEL_OWNER, "")))
         try:
             expired = now > float(labels.get(LABEL_EXPIRES_AT, "inf"))
         except ValueError:

@@ -23,7 +23,7 @@ from pybox._core.boxquote import BoxQuote, quoting
 from pybox._core.capture import HeadTailCapture
 from pybox._core.errors import EngineError, SandboxError
 from pybox._core.events import EventSink, FileReturned, RunStarted
-from pybox._core.limits import MIB
+from pybox._core.limits import MIB, Limits
 from pybox._core.receipt import EngineFacts, KernelObserved, Unknown, rebase_kernel
 from pybox._core.request import RunRequest
 from pybox._engine import AttachStream
@@ -55,14 +55,15 @@ class ProgramRun:
         cancel: threading.Event | None,
         on_event: EventSink | None,
         leftovers_swept: int,
+        limits: Limits | None = None,
     ) -> None:
         self.box = box
         self.request = request
-        self.limits = limits = box.limits
+        self.limits = limits = box.limits if limits is None else limits
         self.run_id = run_id
         self.cancel = cancel
         self.leftovers_swept = leftovers_swept
-        self.many = box.protocol == wire.MANY_PROGRAMS
+        self.many = box.protocol in wire.KEEPS_BOX
         # A fresh box's first program counts from the box's own beginning.
         self.first_in_fresh_box = box.programs == 0 and box.source == "fresh"
         if self.first_in_fresh_box:

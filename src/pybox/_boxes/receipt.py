@@ -202,7 +202,7 @@ def _kept(received: int, when: str = "") -> str:
 
 def _no_files_follow(record: RunRecord, exit_info: Mapping[str, Any]) -> bool:
     """The backstop fired, or (protocol 2) the program was stopped: no files follow."""
-    stopped = record.protocol == wire.MANY_PROGRAMS and exit_info.get("stopped") is True
+    stopped = record.protocol in wire.KEEPS_BOX and exit_info.get("stopped") is True
     return bool(exit_info.get("backstop")) or stopped
 
 

@@ -68,6 +68,8 @@ def box_spec(
     expires_at: int,
     payload_wait_s: float = PAYLOAD_WAIT_S,
     protocol: int = wire.ONE_PROGRAM,
+    uid: int | None = None,
+    sandbox_store: str = "",
 ) -> BoxSpec:
     return BoxSpec(
         run_id=run_id,
@@ -82,7 +84,8 @@ def box_spec(
         code_name=code_name,
         runtime=context.runtime,
         image_env=image.env,
-        uid=new_box_uid(),
+        uid=new_box_uid() if uid is None else uid,
+        sandbox_store=sandbox_store,
         payload_wait_s=payload_wait_s,
         protocol=protocol,
     )

@@ -30,6 +30,14 @@ class InvalidRequest(RequestRejected):
     """A request is malformed: wrong type, bad file name, missing file."""
 
 
+class SandboxNotFound(RequestRejected):
+    """No sandbox of that id is known (or it was destroyed)."""
+
+
+class SandboxBusy(RequestRejected):
+    """Another operation holds the sandbox for longer than a caller waits."""
+
+
 class ConfigError(PyboxError):
     """The operator configuration (file, environment, flags) is invalid."""
 

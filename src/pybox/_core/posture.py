@@ -18,7 +18,7 @@ from typing import Any
 
 from pybox._core.limits import Limits
 from pybox._core.seccomp import Confinement, security_opt_view
-from pybox._core.wire import MANY_PROGRAMS, ONE_PROGRAM
+from pybox._core.wire import ONE_PROGRAM, PROTOCOLS, SANDBOX
 
 # The image's own unprivileged account (for tools that look a user up).
 BOX_UID = 1000
@@ -60,6 +60,9 @@ LABEL_RUN_ID = "io.pybox.run-id"
 LABEL_OWNER = "io.pybox.owner"
 LABEL_EXPIRES_AT = "io.pybox.expires-at"
 LABEL_VERSION = "io.pybox.version"
+# A sandbox's box (protocol 3): it outlives the process that made it, so the
+# sweep leaves it to the sandboxes' own sweep until its lifetime is over.
+LABEL_SANDBOX = "io.pybox.sandbox"
 
 # Paths the engine masks or makes read-only by default; pybox insists on them.
 REQUIRED_MASKED_PATHS = (
@@ -168,12 +171,17 @@ class BoxSpec:
     image_env: tuple[tuple[str, str], ...] = field(default=())
     uid: int = BOX_UID  # runs draw one of their own: see BOX_UID_FIRST
     payload_wait_s: float = PAYLOAD_WAIT_S
-    # The bootstrap protocol (1: one program; 2: programs one after another).
+    # The bootstrap protocol (1: one program; 2: programs one after another;
+    # 3: a sandbox, which outlives the process that made it).
     protocol: int = ONE_PROGRAM
+    # A sandbox's box: the tag of the store that records it (its label's value).
+    sandbox_store: str = ""
 
     def __post_init__(self) -> None:
-        if self.protocol not in (ONE_PROGRAM, MANY_PROGRAMS):
-            raise ValueError(f"a box's bootstrap protocol is 1 or 2, not {self.protocol}")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"a box's bootstrap protocol is 1, 2 or 3, not {self.protocol}")
+        if (self.protocol == SANDBOX) != bool(self.sandbox_store):
+            raise ValueError("a sandbox's box, and only one, names the store that records it")
         if not 0 < self.uid < 2**32 - 1:
             raise ValueError(f"a box's uid must be above 0, not {self.uid}")
         if not 0 < self.payload_wait_s < 7 * 86400:
@@ -207,6 +215,8 @@ class BoxSpec:
             self.code_name,
             str(self.protocol),
             f"{self.payload_wait_s:g}",
+            # A sandbox also ends itself at the end of its lifetime.
+            *([str(self.expires_at)] if self.protocol == SANDBOX else []),
         ]
 
     def labels(self) -> dict[str, str]:
@@ -216,6 +226,7 @@ class BoxSpec:
             LABEL_OWNER: self.owner,
             LABEL_EXPIRES_AT: str(self.expires_at),
             LABEL_VERSION: self.pybox_version,
+            **({LABEL_SANDBOX: self.sandbox_store} if self.protocol == SANDBOX else {}),
         }
 
     def tmpfs(self) -> dict[str, str]:
@@ -272,7 +283,13 @@ def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
         _config("Healthcheck", {"Test": ["NONE"]}, "nothing else execs inside the box"),
         _config("Tty", False, "plain pipes", Check.EMPTY),
         _config("OpenStdin", True, "code and inputs arrive on stdin, not by mount"),
-        _config("StdinOnce", True, "stdin closes with pybox's connection"),
+        _config(
+            "StdinOnce",
+            spec.protocol != SANDBOX,
+            "a sandbox's stdin outlives pybox's connection"
+            if spec.protocol == SANDBOX
+            else "stdin closes with pybox's connection",
+        ),
         _config("AttachStdin", True, "code and inputs arrive on stdin"),
         _config("AttachStdout", True, "output is relayed by the bootstrap"),
         _config("AttachStderr", True, "bootstrap diagnostics"),

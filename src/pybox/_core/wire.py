@@ -18,14 +18,27 @@ from pybox._core.errors import SandboxError
 # Protocol 1: the box runs one program, then ends (one-shot and warm-pool boxes).
 # Protocol 2: the box runs programs one after another, each a fresh process with
 # its own deadline; between them nothing the previous one started is left running.
+# Protocol 3 (a sandbox): protocol 2 in a box that outlives the process that made
+# it. Its stdin stays open when pybox's connection ends (StdinOnce is false), so
+# another pybox process can attach later; it waits for its next program until
+# its idle time or its lifetime runs out, then ends itself; a controller that
+# vanishes mid-program costs that program, never the box.
 # A box's protocol is fixed when it is created (it is part of the entrypoint).
-ONE_PROGRAM, MANY_PROGRAMS = 1, 2
-VERSION = MANY_PROGRAMS  # the newest protocol the bootstrap speaks
+ONE_PROGRAM, MANY_PROGRAMS, SANDBOX = 1, 2, 3
+PROTOCOLS = (ONE_PROGRAM, MANY_PROGRAMS, SANDBOX)
+KEEPS_BOX = frozenset({MANY_PROGRAMS, SANDBOX})  # the box stays up between programs
+VERSION = SANDBOX  # the newest protocol the bootstrap speaks
 MAGIC = b"PBX1"
 ACK = b"A"
-# Protocol 2 only: stop the running program (sent at its deadline or on cancel);
+# Protocols 2 and 3: stop the running program (sent at its deadline or on cancel);
 # the box stays usable for the next program.
 STOP = b"K"
+# Protocol 3: PING and a nonce of PING_NONCE_CHARS lowercase hex digits. A box
+# waiting for a program answers with a ready report carrying the nonce; STOP and
+# ACK bytes before a payload are skipped. A newly attached pybox finds its place
+# in the stream this way (see `Box.resync`).
+PING = b"?"
+PING_NONCE_CHARS = 32
 CHUNK = 65536
 K_READY, K_STARTED, K_STDOUT, K_STDERR = b"R", b"S", b"1", b"2"
 K_FILE, K_DATA, K_EXIT, K_ERROR, K_FILES_DONE = b"F", b"D", b"X", b"E", b"Z"

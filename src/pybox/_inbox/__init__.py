@@ -11,3 +11,8 @@ BOOTSTRAP_PATH = Path(__file__).with_name("bootstrap.py")
 
 def bootstrap_source() -> str:
     return BOOTSTRAP_PATH.read_text(encoding="utf-8")
+
+
+def inbox_program(name: str) -> bytes:
+    """The source of one of pybox's own in-box programs (`sandbox_files`, `sandbox_exec`)."""
+    return Path(__file__).with_name(f"{name}.py").read_bytes()

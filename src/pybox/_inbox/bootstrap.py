@@ -21,6 +21,14 @@
 # the next payload. Each program is a fresh process with its own deadline; a STOP
 # byte while it runs ends it (and everything it started) without ending the box.
 # Files in the writable area stay.
+# Protocol 3 (a sandbox) is protocol 2 in a box that outlives its controller:
+# stdin stays open when pybox's connection ends, so a pybox attached later sends
+# the next payload. Each program gets a fresh interpreter (none is pre-started).
+# Between programs the box skips stray STOP and ACK bytes and answers a PING and
+# its nonce with a ready report carrying the nonce, so a newly attached pybox can
+# find its place; it ends itself when no program comes within its idle time or
+# at its lifetime's end. A controller that vanishes mid-program costs that
+# program (ended, everything it started killed), never the box.
 # Only C modules: `signal`, `stat` and `ctypes` pull in enum and friends, which
 # costs several milliseconds of start-up on every run.
 import _signal as signal
@@ -31,11 +39,13 @@ import select
 import sys
 import time
 
-ONE_PROGRAM, MANY_PROGRAMS = 1, 2
-VERSION = MANY_PROGRAMS
+ONE_PROGRAM, MANY_PROGRAMS, SANDBOX = 1, 2, 3
+VERSION = SANDBOX
 MAGIC = b"PBX1"
 ACK = b"A"
 STOP = b"K"
+PING = b"?"
+PING_NONCE_CHARS = 32
 CHUNK = 65536
 K_READY, K_STARTED, K_STDOUT, K_STDERR = b"R", b"S", b"1", b"2"
 K_FILE, K_DATA, K_EXIT, K_ERROR, K_FILES_DONE = b"F", b"D", b"X", b"E", b"Z"
@@ -493,7 +503,7 @@ def pump(link, pid, out_r, err_r, deadline, status, protocol=ONE_PROGRAM):
                 data = os.read(link.fd_in, 4096)
                 if not data:
                     raise ControllerGone("stdin closed")
-                if protocol == MANY_PROGRAMS and STOP in data and not stopped:
+                if protocol != ONE_PROGRAM and STOP in data and not stopped:
                     stopped = True
                     kill_everything(pid)
                 continue
@@ -721,16 +731,49 @@ def run_program(link, python, header, started, defaults, protocol, first):
     exit_code = None if status is None else os.waitstatus_to_exitcode(status)
     # The exit report comes first: the program's deadline no longer applies to the files.
     report = {"exit_code": exit_code, "backstop": backstop}
-    if protocol == MANY_PROGRAMS:
+    if protocol != ONE_PROGRAM:
         report["stopped"] = stopped
     link.send_json(K_EXIT, report)
     finish(link, header, backstop or stopped, protocol)
     return exit_code, backstop
 
 
-def read_header(link, python, protocol, first_wait_s, end_ok=False):
-    """The next payload's header (None: pybox closed the box between programs)."""
-    magic = link.read_exact(4, first_wait_s=first_wait_s, end_ok=end_ok)
+def wait_for_magic(link, ready, give_up_at):
+    """Protocol 3: skip stray STOP and ACK bytes, answer pings, until a payload's
+    magic (True), the end of stdin or the end of the wait (False). A repeated
+    nonce is answered once, so a pybox that pinged twice finds one answer."""
+    answered = None
+    while True:
+        left = give_up_at - time.monotonic()
+        if left <= 0 or not select.select([link.fd_in], [], [], left)[0]:
+            return False
+        first = os.read(link.fd_in, 1)
+        if not first:
+            return False
+        if first in (STOP, ACK):
+            continue
+        if first == PING:
+            nonce = link.read_exact(PING_NONCE_CHARS).decode("ascii", "replace")
+            if nonce.strip("0123456789abcdef"):
+                raise ValueError("a ping's nonce is not lowercase hex")
+            if nonce != answered:
+                answered = nonce
+                link.send_json(K_READY, dict(ready, ping=nonce))
+            continue
+        if first + link.read_exact(3) != MAGIC:
+            raise ValueError("the payload does not start with the pybox magic")
+        return True
+
+
+def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None):
+    """The next payload's header (None: pybox closed the box between programs,
+    or, protocol 3, no program came in time)."""
+    if protocol == SANDBOX:
+        if not wait_for_magic(link, ready, time.monotonic() + first_wait_s):
+            return None
+        magic = MAGIC
+    else:
+        magic = link.read_exact(4, first_wait_s=first_wait_s, end_ok=end_ok)
     if not magic:
         return None
     if magic != MAGIC:
@@ -746,12 +789,45 @@ def read_header(link, python, protocol, first_wait_s, end_ok=False):
     return header
 
 
+def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
+    """Protocol 3: programs until none comes within `idle_s`, or the lifetime
+    (`ends_at`, seconds since the epoch) is over; then the box ends itself."""
+    while True:
+        for folder in (WORK, INPUT, OUTPUT):
+            os.makedirs(folder, exist_ok=True)
+        os.chdir(WORK)
+        link.send_json(K_READY, ready)
+        wait_s = min(idle_s, ends_at - time.time())
+        if wait_s <= 0:
+            return 0
+        header = read_header(link, python, SANDBOX, wait_s, ready=ready)
+        if header is None:
+            return 0
+        try:
+            run_program(link, python, header, None, defaults, SANDBOX, False)
+        except ControllerGone:
+            # Nobody reads this program's results: end it and everything it
+            # started. The box and its files stay for the next pybox.
+            link.program_deadline = None
+            if not clear_box(0, CLEAR_WAIT_S):
+                raise RuntimeError("processes of the program outlived it; the box ends") from None
+
+
 def main(link):
     python, code_name = sys.argv[1], sys.argv[2]
     protocol, payload_wait_s = int(sys.argv[3]), float(sys.argv[4])
-    if protocol not in (ONE_PROGRAM, MANY_PROGRAMS):
-        raise ValueError("this bootstrap speaks protocols 1 and 2, not %r" % protocol)
+    if protocol not in (ONE_PROGRAM, MANY_PROGRAMS, SANDBOX):
+        raise ValueError("this bootstrap speaks protocols 1, 2 and 3, not %r" % protocol)
     defaults = (*ignore_signals(), signal.SIGCHLD)
+    if protocol == SANDBOX:
+        protected = make_nondumpable()
+        ready = {
+            "version": protocol,
+            "pid": os.getpid(),
+            "uid": os.getuid(),
+            "nondumpable": protected,
+        }
+        return sandbox_main(link, python, payload_wait_s, float(sys.argv[5]), defaults, ready)
     # The program's interpreter starts first, so its start-up overlaps the wait for
     # the payload; it runs nothing of the program's until the code is handed over.
     started = prestart(python, code_name, defaults)

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from pybox._adapters.rootfs import Progress
     from pybox._boxes.pool import PoolStats
     from pybox._features.images.operations import ImageOperations
+    from pybox._features.sandboxes.service import Sandboxes
 
 
 class Session:
@@ -94,6 +95,7 @@ class Session:
         self._swept: int | None = None  # boxes the session's one sweep removed
         self._sweep_lock = threading.Lock()  # not _lock: the sweep connects through it
         self._lock = threading.Lock()
+        self._sandboxes: Sandboxes | None = None
         self._engine_cpus: int | None = None
         self._confinement: Confinement | None = None
         # Long-lived users (the MCP server, a Client) get a warm pool; one-shot
@@ -163,6 +165,24 @@ class Session:
             runtime=self._runtime,
             confinement=self.confinement(),
         )
+
+    def box_context(self) -> BoxContext:
+        """What a box needs from this session (for the features that make their own)."""
+        return self._context()
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        return self._environ
+
+    def sandboxes(self) -> Sandboxes:
+        """This state directory's sandboxes (the store opened on first use)."""
+        with self._lock:
+            if self._sandboxes is None:
+                from pybox._features.sandboxes.service import Sandboxes
+                from pybox._features.store import Store
+
+                self._sandboxes = Sandboxes(self, Store.open(self.state_dir))
+            return self._sandboxes
 
     def confinement(self) -> Confinement:
         """pybox's seccomp profile and the AppArmor profile boxes on this engine need."""

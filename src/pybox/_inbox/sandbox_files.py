@@ -1,0 +1,208 @@
+# A sandbox's file operations, run inside its box as an ordinary program (the
+# box's uid, under the box's seal) that pybox starts with this file as its code.
+# It is never imported on the host. Paths arrive checked by pybox and are
+# checked again here: every component is opened relative to its parent with
+# O_NOFOLLOW, so a link the agent's own code planted cannot lead outside the
+# workspace. The outcome is one JSON line on stderr (`{"ok": ...}`); a file read
+# goes out raw on stdout. Everything it says is untrusted by the host like any
+# program's output: pybox checks sizes and shapes.
+#
+# argv: write REL | read REL MAX_BYTES | list REL MAX_ENTRIES | unpack REL
+import errno
+import json
+import os
+import stat
+import sys
+import tarfile
+
+WORK = os.environ.get("PYBOX_WORK_DIR", "/pybox/work")
+MAX_DEPTH = 16
+
+
+def say(**report):
+    sys.stderr.write(json.dumps(report) + "\n")
+    sys.stderr.flush()
+
+
+def fail(error, message):
+    say(ok=False, error=error, message=message)
+    sys.exit(3)
+
+
+def components(rel):
+    parts = [part for part in rel.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        fail("outside", "the path leaves the workspace")
+    return parts
+
+
+def open_folder(parts, create=False):
+    fd = os.open(WORK, os.O_RDONLY | os.O_DIRECTORY)
+    for index, name in enumerate(parts):
+        if create:
+            try:
+                os.mkdir(name, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+        try:
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            where = "/".join(parts[: index + 1])
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                kind = "link" if is_link(fd, name) else "not_a_folder"
+                fail(kind, "%s is %s" % (where, "a link" if kind == "link" else "not a folder"))
+            if exc.errno == errno.ENOENT:
+                fail("missing", "%s does not exist" % where)
+            fail("os", "%s: %s" % (where, exc.strerror))
+        os.close(fd)
+        fd = inner
+    return fd
+
+
+def is_link(folder_fd, name):
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def open_file(parts, flags, mode=0o644):
+    if not parts:
+        fail("not_a_file", "the workspace itself is a folder")
+    folder = open_folder(parts[:-1], create=bool(flags & os.O_CREAT))
+    try:
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            fail("link", "%s is a link" % "/".join(parts))
+        if exc.errno == errno.ENOENT:
+            fail("missing", "%s does not exist" % "/".join(parts))
+        if exc.errno == errno.EISDIR:
+            fail("not_a_file", "%s is a folder" % "/".join(parts))
+        fail("os", "%s: %s" % ("/".join(parts), exc.strerror))
+    finally:
+        os.close(folder)
+
+
+def copy(source, target):
+    total = 0
+    while True:
+        data = os.read(source, 1 << 20)
+        if not data:
+            return total
+        view = memoryview(data)
+        while view:
+            view = view[os.write(target, view) :]
+        total += len(data)
+
+
+def write(rel):
+    fd = open_file(components(rel), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.set_blocking(fd, True)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fail("not_a_file", "%s is not a regular file" % rel)
+    say(ok=True, size_bytes=copy(0, fd))
+
+
+def read(rel, max_bytes):
+    fd = open_file(components(rel), os.O_RDONLY)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        fail("not_a_file", "%s is not a regular file" % rel)
+    if info.st_size > max_bytes:
+        fail(
+            "too_big", "%s holds %d bytes; at most %d can be read" % (rel, info.st_size, max_bytes)
+        )
+    os.set_blocking(fd, True)
+    sent = copy(fd, 1)
+    say(ok=True, size_bytes=sent)
+
+
+def entries(folder_fd, prefix, depth, found, max_entries):
+    with os.scandir(folder_fd) as listing:
+        names = sorted(entry.name for entry in listing)
+    for name in names:
+        if len(found) >= max_entries:
+            return False
+        info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+        path = prefix + name
+        if stat.S_ISDIR(info.st_mode):
+            found.append({"path": path, "kind": "folder", "size_bytes": 0})
+            if depth < MAX_DEPTH:
+                inner = os.open(
+                    name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder_fd
+                )
+                try:
+                    if not entries(inner, path + "/", depth + 1, found, max_entries):
+                        return False
+                finally:
+                    os.close(inner)
+        elif stat.S_ISREG(info.st_mode):
+            found.append({"path": path, "kind": "file", "size_bytes": info.st_size})
+        elif stat.S_ISLNK(info.st_mode):
+            found.append({"path": path, "kind": "link", "size_bytes": 0})
+        else:
+            found.append({"path": path, "kind": "other", "size_bytes": 0})
+    return True
+
+
+def listing(rel, max_entries):
+    parts = components(rel)
+    folder = open_folder(parts)
+    found = []
+    complete = entries(folder, "/".join(parts) + "/" if parts else "", 0, found, max_entries)
+    sys.stdout.write(json.dumps(found))
+    say(ok=True, entries=len(found), complete=complete)
+
+
+def unpack(rel):
+    # A tar pybox made from an install box's output: regular files and folders only.
+    base = components(rel)
+    files = 0
+    with tarfile.open(fileobj=sys.stdin.buffer, mode="r|") as archive:
+        for member in archive:
+            parts = components(member.name)
+            if not parts:
+                continue
+            if member.isdir():
+                os.close(open_folder(base + parts, create=True))
+            elif member.isfile():
+                fd = open_file(base + parts, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.set_blocking(fd, True)
+                source = archive.extractfile(member)
+                while True:
+                    data = source.read(1 << 20)
+                    if not data:
+                        break
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                os.close(fd)
+                files += 1
+            else:
+                fail(
+                    "bad_archive",
+                    "the archive holds %s, which is not a file or folder" % member.name,
+                )
+    say(ok=True, files=files)
+
+
+def main():
+    try:
+        os.unlink(sys.argv[0])  # pybox's own script leaves nothing in the workspace
+    except OSError:
+        pass
+    operation, rel = sys.argv[1], sys.argv[2]
+    if operation == "write":
+        write(rel)
+    elif operation == "read":
+        read(rel, int(sys.argv[3]))
+    elif operation == "list":
+        listing(rel, int(sys.argv[3]))
+    elif operation == "unpack":
+        unpack(rel)
+    else:
+        fail("usage", "unknown operation %r" % operation)
+
+
+main()
