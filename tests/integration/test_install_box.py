@@ -87,7 +87,7 @@ def test_a_wheel_is_installed_read_out_and_the_box_is_gone(
     digest = hashlib.sha256(source).digest()
     expected = "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
     assert any(line.startswith(f"six.py,{expected},") for line in lines)
-    assert result.duration_s <= taken
+    assert 0 < result.duration_s <= taken + 0.01
     assert named(engine, result.install_box) == []
     assert engine.inspect_container(result.install_box) is None
     assert {c["Id"] for c in mine(engine)} == before
