@@ -10,6 +10,7 @@ every operation. An unreachable engine is an error and the record is kept.
 
 from __future__ import annotations
 
+import builtins
 import secrets
 import threading
 import time
@@ -18,9 +19,6 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from pybox._core.requirements import parse_libraries
-from pybox._features.store import SandboxRow, Store
 
 from pybox._boxes.box import Box
 from pybox._boxes.cleanup import remove_and_confirm
@@ -37,6 +35,7 @@ from pybox._core.errors import (
 from pybox._core.events import EventSink
 from pybox._core.limits import LimitRequest, Limits, Policy
 from pybox._core.request import RunRequest, check_request
+from pybox._core.requirements import parse_libraries
 from pybox._features.sandboxes.fileops import SandboxFile
 from pybox._features.sandboxes.locking import sandbox_lock
 from pybox._features.sandboxes.records import (
@@ -47,6 +46,7 @@ from pybox._features.sandboxes.records import (
     SandboxSettings,
     store_tag,
 )
+from pybox._features.store import SandboxRow, Store
 
 if TYPE_CHECKING:
     from pybox._orchestration.session import Session
@@ -165,7 +165,7 @@ class Sandboxes:
                     raise
         return info_of(self._get(sandbox_id))
 
-    def list(self) -> list[SandboxInfo]:
+    def list(self) -> builtins.list[SandboxInfo]:
         self.sweep()
         return [info_of(row) for row in self.store.list_sandboxes() if row.state in LIVE_STATES]
 
@@ -377,7 +377,7 @@ class Sandboxes:
         self.store.transition(sandbox_id, "destroyed", reason)
         self.store.audit("sandbox.closed", sandbox_id, {"reason": reason})
 
-    def sweep(self) -> list[str]:
+    def sweep(self) -> builtins.list[str]:
         """Destroy expired sandboxes, close records whose box is gone, remove this
         store's unrecorded sandbox boxes past a grace period (see `sweep`)."""
         from pybox._features.sandboxes.sweep import sweep_sandboxes

@@ -18,11 +18,16 @@ from pybox._core.errors import InvalidRequest
 from pybox._core.limits import LimitRequest
 from pybox._core.request import PreparedRun, RunRequest
 from pybox._features.sandboxes.records import RUN_PROGRAM, SandboxInfo, persists
-from pybox._frontends.mcp._present import Section, fenced_sections, run_result, user_limits
-from pybox._frontends.mcp._protocol import JSONObject
+from pybox._frontends.mcp._present import (
+    RUN_OUTPUT_SCHEMA,
+    Section,
+    fenced_sections,
+    run_result,
+    user_limits,
+)
+from pybox._frontends.mcp._protocol import ArgumentError, JSONObject
 from pybox._frontends.mcp._runargs import limit_request
 from pybox._frontends.mcp._runs import Run
-from pybox._frontends.mcp._schema import ArgumentError
 from pybox._frontends.mcp._toolbox import CallContext, Hints, Tool, Toolbox, text_result
 
 GROUP = "sandboxes"
@@ -48,7 +53,7 @@ LIBRARIES: JSONObject = {
 }
 TIMEOUT: JSONObject = {
     "type": "number",
-    "exclusiveMinimum": 0,
+    "minimum": 0.001,
     "maximum": MAX_TIMEOUT_S,
     "description": "Seconds this run may take (at most the sandbox's own timeout limit).",
 }
@@ -253,6 +258,33 @@ def _create_schema(toolbox: Toolbox) -> JSONObject:
     )
 
 
+SANDBOX_RUN_SCHEMA: JSONObject = {
+    **RUN_OUTPUT_SCHEMA,
+    "required": [*RUN_OUTPUT_SCHEMA["required"], "sandbox_id"],
+    "properties": {
+        **RUN_OUTPUT_SCHEMA["properties"],
+        "sandbox_id": {"type": "string"},
+        "installed": {"type": "object", "description": "what libraries installed first"},
+    },
+}
+SANDBOX_SCHEMA: JSONObject = {
+    "type": "object",
+    "required": ["sandbox_id", "state", "limits", "expires_at", "idle_expires_at"],
+    "properties": {
+        "sandbox_id": {"type": "string"},
+        "state": {"type": "string"},
+        "limits": {"type": "object"},
+        "expires_at": {"type": "number", "description": "seconds since the epoch"},
+        "idle_expires_at": {"type": "number", "description": "seconds since the epoch"},
+        "persists": {"type": "object"},
+    },
+}
+
+
+def _object(required: list[str], **properties: JSONObject) -> JSONObject:
+    return {"type": "object", "required": required, "properties": properties}
+
+
 CONTENT = {
     "content": {"type": "string"},
     "encoding": {"type": "string", "enum": ["utf-8", "base64"]},
@@ -270,6 +302,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         input_schema=_create_schema,
         checks={"limits": limit_request},
         handler=create_sandbox,
+        output_schema=SANDBOX_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
     Tool(
@@ -295,6 +328,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
             },
         ),
         handler=run,
+        output_schema=SANDBOX_RUN_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
     Tool(
@@ -309,7 +343,6 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
                 "sandbox_id": SANDBOX_ID,
                 "argv": {
                     "type": "array",
-                    "minItems": 1,
                     "maxItems": 256,
                     "items": {"type": "string"},
                 },
@@ -317,6 +350,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
             },
         ),
         handler=exec_tool,
+        output_schema=SANDBOX_RUN_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
     Tool(
@@ -326,6 +360,13 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         description="Read a file from a sandbox's workspace (UTF-8 text, or base64 if it is not).",
         input_schema=_schema(["sandbox_id", "path"], {"sandbox_id": SANDBOX_ID, "path": PATH}),
         handler=read_sandbox_file,
+        output_schema=_object(
+            ["path", "size_bytes", "encoding", "content"],
+            path={"type": "string"},
+            size_bytes={"type": "integer"},
+            encoding={"type": "string", "enum": ["utf-8", "base64"]},
+            content={"type": "string"},
+        ),
         hints=Hints(read_only=True, destructive=False, idempotent=True),
     ),
     Tool(
@@ -338,6 +379,9 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
             ["sandbox_id", "path", "content"], {"sandbox_id": SANDBOX_ID, "path": PATH, **CONTENT}
         ),
         handler=write_sandbox_file,
+        output_schema=_object(
+            ["path", "size_bytes"], path={"type": "string"}, size_bytes={"type": "integer"}
+        ),
         hints=Hints(read_only=False, destructive=True, idempotent=True),
     ),
     Tool(
@@ -348,6 +392,11 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         "(default: all of it). Links are listed, never followed.",
         input_schema=_schema(["sandbox_id"], {"sandbox_id": SANDBOX_ID, "path": PATH}),
         handler=list_sandbox_files,
+        output_schema=_object(
+            ["files", "complete"],
+            files={"type": "array", "items": {"type": "object"}},
+            complete={"type": "boolean"},
+        ),
         hints=Hints(read_only=True, destructive=False, idempotent=True),
     ),
     Tool(
@@ -358,6 +407,12 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         "engine. Safe to call again: an already destroyed sandbox is reported as such.",
         input_schema=_schema(["sandbox_id"], {"sandbox_id": SANDBOX_ID}),
         handler=destroy_sandbox,
+        output_schema=_object(
+            ["sandbox_id", "destroyed", "was_live"],
+            sandbox_id={"type": "string"},
+            destroyed={"type": "boolean"},
+            was_live={"type": "boolean"},
+        ),
         hints=Hints(read_only=False, destructive=True, idempotent=True),
     ),
     Tool(
@@ -367,6 +422,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         description="List the live sandboxes, with their limits, state and expiry.",
         input_schema=_schema([], {}),
         handler=list_sandboxes,
+        output_schema=_object(["sandboxes"], sandboxes={"type": "array", "items": SANDBOX_SCHEMA}),
         hints=Hints(read_only=True, destructive=False, idempotent=True),
     ),
 )
