@@ -34,6 +34,7 @@ from pybox._core.errors import (
 )
 from pybox._core.events import EventSink
 from pybox._core.limits import LimitRequest, Limits, Policy
+from pybox._core.posture import WORK_DIR
 from pybox._core.request import RunRequest, check_request
 from pybox._core.requirements import parse_libraries
 from pybox._features.sandboxes.fileops import SandboxFile
@@ -41,6 +42,7 @@ from pybox._features.sandboxes.locking import sandbox_lock
 from pybox._features.sandboxes.records import (
     BOX_WIDE,
     LIVE_STATES,
+    PACKAGES_FOLDER,
     RUN_PROGRAM,
     SandboxInfo,
     SandboxSettings,
@@ -221,6 +223,8 @@ class Sandboxes:
                 limits,
                 allow_credential_env=self.session.policy.allow_credential_env,
             )
+            if row.libraries:
+                request = with_packages_path(request)
             return self._program(row, box, request, limits, kind, files_dir, cancel, on_event)
 
     def _program(
@@ -423,6 +427,14 @@ class Sandboxes:
         self._check_id(sandbox_id)
         with self._lock(sandbox_id):
             return self._install(self._get(sandbox_id), wanted, say)
+
+
+def with_packages_path(request: RunRequest) -> RunRequest:
+    """The sandbox's installed libraries first on the program's sys.path."""
+    folder = f"{WORK_DIR}/{PACKAGES_FOLDER}"
+    env = dict(request.env)
+    env["PYTHONPATH"] = folder + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return replace(request, env=tuple(env.items()))
 
 
 def _request_facts(request: RunRequest) -> dict[str, Any]:
