@@ -14,7 +14,8 @@ import base64
 import binascii
 import json
 
-from pybox._core.errors import InvalidRequest
+from pybox._core.boxquote import BoxQuote
+from pybox._core.errors import InvalidRequest, PyboxError, RequestRejected
 from pybox._core.limits import LimitRequest
 from pybox._core.request import PreparedRun, RunRequest
 from pybox._features.sandboxes.records import RUN_PROGRAM, SandboxInfo, persists
@@ -28,7 +29,14 @@ from pybox._frontends.mcp._present import (
 from pybox._frontends.mcp._protocol import ArgumentError, JSONObject
 from pybox._frontends.mcp._runargs import limit_request
 from pybox._frontends.mcp._runs import Run
-from pybox._frontends.mcp._toolbox import CallContext, Hints, Tool, Toolbox, text_result
+from pybox._frontends.mcp._toolbox import (
+    CallContext,
+    Handler,
+    Hints,
+    Tool,
+    Toolbox,
+    text_result,
+)
 
 GROUP = "sandboxes"
 MAX_LIBRARIES = 32
@@ -88,6 +96,8 @@ def _outcome_result(
     run = Run(PreparedRun(request, info.limits, image, outcome.receipt.run_id), None)
     run.outcome = outcome
     run.done.set()
+    run.live.release()
+    toolbox.registry.add_finished(run)
     result = run_result(run, toolbox.options.reply_bytes)
     structure = result["structuredContent"]
     structure["sandbox_id"] = sandbox_id
@@ -97,6 +107,28 @@ def _outcome_result(
 
 
 # -- handlers -----------------------------------------------------------------------
+
+
+def _guarded(handler: Handler) -> Handler:
+    """A refused or failed operation is an isError result the agent reads, never a
+    protocol error. Words from inside the box (pip's, for one) stay in a fenced
+    section; the rest of the message is pybox's."""
+
+    def guarded(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
+        try:
+            return handler(toolbox, args, ctx)
+        except PyboxError as exc:
+            message = str(exc)
+            quote = getattr(exc, "quote", None)
+            verb = "refused" if isinstance(exc, RequestRejected) else "failed"
+            if isinstance(quote, BoxQuote):
+                own = quote.pointing(message, "(the box's words, below)")
+                lines = [f"{ctx.tool} {verb}: {own}"]
+                lines += fenced_sections([Section("box message", quote.said(message))])
+                return text_result("\n".join(lines), is_error=True)
+            return text_result(f"{ctx.tool} {verb}: {message}", is_error=True)
+
+    return guarded
 
 
 def create_sandbox(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
@@ -301,7 +333,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         "not persist.",
         input_schema=_create_schema,
         checks={"limits": limit_request},
-        handler=create_sandbox,
+        handler=_guarded(create_sandbox),
         output_schema=SANDBOX_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
@@ -327,7 +359,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
                 },
             },
         ),
-        handler=run,
+        handler=_guarded(run),
         output_schema=SANDBOX_RUN_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
@@ -349,7 +381,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
                 "timeout": TIMEOUT,
             },
         ),
-        handler=exec_tool,
+        handler=_guarded(exec_tool),
         output_schema=SANDBOX_RUN_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
@@ -359,7 +391,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         title="Read a file from a sandbox",
         description="Read a file from a sandbox's workspace (UTF-8 text, or base64 if it is not).",
         input_schema=_schema(["sandbox_id", "path"], {"sandbox_id": SANDBOX_ID, "path": PATH}),
-        handler=read_sandbox_file,
+        handler=_guarded(read_sandbox_file),
         output_schema=_object(
             ["path", "size_bytes", "encoding", "content"],
             path={"type": "string"},
@@ -378,7 +410,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         input_schema=_schema(
             ["sandbox_id", "path", "content"], {"sandbox_id": SANDBOX_ID, "path": PATH, **CONTENT}
         ),
-        handler=write_sandbox_file,
+        handler=_guarded(write_sandbox_file),
         output_schema=_object(
             ["path", "size_bytes"], path={"type": "string"}, size_bytes={"type": "integer"}
         ),
@@ -391,7 +423,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         description="List the files and folders under a path of a sandbox's workspace "
         "(default: all of it). Links are listed, never followed.",
         input_schema=_schema(["sandbox_id"], {"sandbox_id": SANDBOX_ID, "path": PATH}),
-        handler=list_sandbox_files,
+        handler=_guarded(list_sandbox_files),
         output_schema=_object(
             ["files", "complete"],
             files={"type": "array", "items": {"type": "object"}},
@@ -406,7 +438,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         description="Destroy a sandbox: its box is removed and the removal confirmed by the "
         "engine. Safe to call again: an already destroyed sandbox is reported as such.",
         input_schema=_schema(["sandbox_id"], {"sandbox_id": SANDBOX_ID}),
-        handler=destroy_sandbox,
+        handler=_guarded(destroy_sandbox),
         output_schema=_object(
             ["sandbox_id", "destroyed", "was_live"],
             sandbox_id={"type": "string"},
@@ -421,7 +453,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         title="List sandboxes",
         description="List the live sandboxes, with their limits, state and expiry.",
         input_schema=_schema([], {}),
-        handler=list_sandboxes,
+        handler=_guarded(list_sandboxes),
         output_schema=_object(["sandboxes"], sandboxes={"type": "array", "items": SANDBOX_SCHEMA}),
         hints=Hints(read_only=True, destructive=False, idempotent=True),
     ),
