@@ -213,3 +213,32 @@ def test_libraries_are_installed_by_another_box_and_import_in_the_sandbox(
     finally:
         sandboxes.destroy(info.sandbox_id)
     assert engine.inspect_container(f"pybox-{info.sandbox_id}") is None
+
+
+def test_an_idle_sandbox_ends_itself_and_the_sweep_closes_its_record(
+    engine: Engine, session: Session
+) -> None:
+    from pybox._core.sandbox_settings import SandboxSettings
+
+    idle = Session(
+        engine,
+        session.state,
+        session.policy,
+        sandbox_settings=SandboxSettings(idle_ttl_s=2.0),
+    ).sandboxes()
+    info = idle.create()
+    try:
+        deadline = time.monotonic() + 30
+        while (
+            (engine.inspect_container(f"pybox-{info.sandbox_id}") or {})
+            .get("State", {})
+            .get("Running")
+        ):
+            assert time.monotonic() < deadline, "the idle box did not end itself"
+            time.sleep(0.2)
+        assert info.sandbox_id not in [s.sandbox_id for s in idle.list()]
+        row = idle.store.get_sandbox(info.sandbox_id)
+        assert row is not None and row.state == "destroyed" and row.reason == "expired"
+        assert engine.inspect_container(f"pybox-{info.sandbox_id}") is None
+    finally:
+        idle.destroy(info.sandbox_id)

@@ -27,6 +27,7 @@ from pybox._core.errors import ConfigError
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.repair import REPAIR_FIELDS_BY_KEY, RepairPolicy
+from pybox._core.sandbox_settings import SandboxSettings
 
 POOL_ENV = {
     "PYBOX_POOL_BOXES": "boxes_per_profile",
@@ -38,6 +39,7 @@ CONFIG_SECTIONS = (
     "ceilings",
     "state_dir",
     "pool",
+    "sandboxes",
     "repair",
     "platform",
     "colima",
@@ -76,6 +78,7 @@ class Settings:
     config_file: Path | None
     sources: tuple[str, ...]
     pool: PoolSettings = field(default_factory=PoolSettings)
+    sandboxes: SandboxSettings = field(default_factory=SandboxSettings)
     repair_policy: RepairPolicy = field(default_factory=RepairPolicy)
     # "auto" (from the operating system), "linux" or "colima"; PYBOX_PLATFORM wins.
     platform: str = "auto"
@@ -165,6 +168,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     policy = Policy()
     repair_policy = RepairPolicy()
     pool = PoolSettings()
+    sandboxes = SandboxSettings()
     sources = ["built-in"]
     state_dir = default_state_dir(environ)
     path, explicit = config_file_path(environ, config_path)
@@ -208,6 +212,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
                 raise ConfigError(f"{path}: state_dir must be a path string.")
             state_dir = Path(data["state_dir"]).expanduser()
         pool = pool.with_settings(_section(data, "pool", path), str(path))
+        sandboxes = sandboxes.with_settings(_section(data, "sandboxes", path), str(path))
         if "platform" in data:
             platform, platform_source = _platform_choice(data["platform"], str(path)), str(path)
         if "colima" in data:
@@ -241,6 +246,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         used_file,
         tuple(sources),
         pool=pool,
+        sandboxes=sandboxes,
         repair_policy=repair_policy,
         platform=platform,
         platform_source=platform_source,

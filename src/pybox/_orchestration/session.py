@@ -32,6 +32,7 @@ from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
 from pybox._core.request import PreparedRun, RunRequest, check_request
+from pybox._core.sandbox_settings import SandboxSettings
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
 from pybox._features.images.lock_plans import lock_changed
@@ -78,6 +79,7 @@ class Session:
         host: Host | None = None,
         environ: Mapping[str, str] | None = None,
         repair_policy: RepairPolicy | None = None,
+        sandbox_settings: SandboxSettings | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -98,6 +100,7 @@ class Session:
         self._sweep_lock = threading.Lock()  # not _lock: the sweep connects through it
         self._lock = threading.Lock()
         self._sandboxes: Sandboxes | None = None
+        self.sandbox_settings = sandbox_settings or SandboxSettings()
         self._engine_cpus: int | None = None
         self._confinement: Confinement | None = None
         # Long-lived users (the MCP server, a Client) get a warm pool; one-shot
@@ -138,6 +141,7 @@ class Session:
             log=log,
             environ=env,
             repair_policy=settings.repair_policy,
+            sandbox_settings=settings.sandboxes,
         )
 
     @property
@@ -193,7 +197,7 @@ class Session:
             if self._sandboxes is None:
                 from pybox._features.sandboxes.service import Sandboxes
 
-                self._sandboxes = Sandboxes(self, store)
+                self._sandboxes = Sandboxes(self, store, self.sandbox_settings)
             return self._sandboxes
 
     def confinement(self) -> Confinement:

@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from pybox._core.limits import Limits
+from pybox._core.sandbox_settings import SandboxSettings
+
+__all__ = ["SandboxSettings"]  # the operator's, kept in _core for the config file
 
 # The program file of a sandbox's `run`: in the workspace, rewritten by each run,
 # so an agent's own main.py there is never overwritten.
@@ -19,24 +22,6 @@ LIVE_STATES = ("creating", "ready", "busy")
 # Where installed libraries go in the workspace, put first on every later run's
 # sys.path with PYTHONPATH (the user site would be ignored in a venv image).
 PACKAGES_FOLDER = ".pybox-packages"
-
-
-@dataclass(frozen=True)
-class SandboxSettings:
-    """The operator's: a client cannot change them."""
-
-    idle_ttl_s: float = 1800.0  # destroyed after this long without an operation
-    max_lifetime_s: float = 8 * 3600.0  # destroyed this long after its creation
-    max_sandboxes: int = 8  # live sandboxes per state directory
-    lock_wait_s: float = 120.0  # how long an operation waits for another to finish
-    sweep_grace_s: float = 120.0  # an unrecorded sandbox box older than this is removed
-
-    def to_dict(self) -> dict[str, float | int]:
-        return {
-            "idle_ttl_s": self.idle_ttl_s,
-            "max_lifetime_s": self.max_lifetime_s,
-            "max_sandboxes": self.max_sandboxes,
-        }
 
 
 @dataclass(frozen=True)
