@@ -36,6 +36,8 @@ root = sys.argv[2]
 namespace["ROOT"] = root
 for name in ("WORK", "INPUT", "OUTPUT"):
     namespace[name] = os.path.join(root, name.lower())
+# Never the host's own /tmp: a sandbox's bootstrap empties these between programs.
+namespace["TEMP_DIRS"] = (os.path.join(root, "tmp"), os.path.join(root, "shm"))
 sys.argv = ["bootstrap", *sys.argv[3:]]
 link = namespace["Link"](0, 1)
 try:

@@ -115,6 +115,7 @@ def test_the_issue_lists_these_cases() -> None:
         "seccomp",
         "secrets",
         "leftovers",
+        "sandbox",  # issue 14: a persistent sandbox keeps only its workspace
         "posture",
     ]
 

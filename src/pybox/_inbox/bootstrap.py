@@ -60,6 +60,9 @@ CLEAR_WAIT_S = 5.0
 STALL_S = 10.0
 ROOT = "/pybox"
 WORK, INPUT, OUTPUT = ROOT + "/work", ROOT + "/input", ROOT + "/output"
+# The box's other writable places (tmpfs mounts of its own): emptied between a
+# sandbox's programs.
+TEMP_DIRS = ("/tmp", "/dev/shm")
 # Returned files: the same bounds as pybox's own checks, so nothing unbounded is walked.
 MAX_DEPTH = 32
 MAX_PATH_BYTES = 1024
@@ -795,8 +798,11 @@ def clear_outside_workspace():
     """Protocol 3, between programs: only the workspace persists. Everything else
     a program could write (the box's other folders, /tmp, /dev/shm) is emptied, so
     the next program cannot read what an earlier one put outside the workspace.
-    Links are removed, never followed."""
-    for folder in (INPUT, OUTPUT, "/tmp", "/dev/shm"):
+    Links are removed, never followed. Never as root: a box's bootstrap never is
+    (its uid is the box's own), so root means this is not a box."""
+    if os.getuid() == 0:
+        return
+    for folder in (INPUT, OUTPUT, *TEMP_DIRS):
         empty_folder(folder)
     for name in os.listdir(ROOT):
         path = os.path.join(ROOT, name)

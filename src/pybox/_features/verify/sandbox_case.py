@@ -24,8 +24,9 @@ def run_sandbox(suite: Suite, verdict: Verdict) -> None:
         first = sandboxes.run(
             info.sandbox_id,
             RunRequest(
-                code=case_source("sandbox_first"),
+                code=case_source("sandbox"),
                 code_name=RUN_PROGRAM,
+                argv=("first",),
                 env=(("VERIFY_CANARY", canary),),
             ),
         )
@@ -39,7 +40,7 @@ def run_sandbox(suite: Suite, verdict: Verdict) -> None:
             verdict.check(pids == 1, f"{pids} processes were left between the runs, not 1")
         second = sandboxes.run(
             info.sandbox_id,
-            RunRequest(code=case_source("sandbox_second"), code_name=RUN_PROGRAM),
+            RunRequest(code=case_source("sandbox"), code_name=RUN_PROGRAM, argv=("second",)),
         )
         report = program_report(second.stdout, second.stderr, verdict)
         verdict.check(
