@@ -11,6 +11,10 @@ Where boxes run: `platform = "auto" | "linux" | "colima"` in the file, or
 `PYBOX_PLATFORM` (for tests and unusual setups); "auto" means Colima on macOS
 and the local engine elsewhere. A `[colima]` table names trusted `colima` and
 `docker` executables and the VM's `cpus`, `memory_gib` and `disk_gib`.
+
+Admission control: top-level `max_running_boxes`, `max_waiting_runs` and
+`admission_wait_s`, or `PYBOX_MAX_RUNNING_BOXES`, `PYBOX_MAX_WAITING_RUNS` and
+`PYBOX_ADMISSION_WAIT_S` (see pybox._core.admission for the defaults).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pybox._adapters.state import default_state_dir
+from pybox._core.admission import ADMISSION_KEYS, AdmissionConfig
 from pybox._core.display import noun
 from pybox._core.errors import ConfigError
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
@@ -34,6 +39,7 @@ POOL_ENV = {
     "PYBOX_POOL_IDLE_S": "idle_s",
     "PYBOX_POOL_MEMORY_MIB": "memory_budget_mib",
 }
+ADMISSION_ENV = {f"PYBOX_{key.upper()}": key for key in ADMISSION_KEYS}
 CONFIG_SECTIONS = (
     "defaults",
     "ceilings",
@@ -44,6 +50,7 @@ CONFIG_SECTIONS = (
     "platform",
     "colima",
     "allow_credential_env",
+    *ADMISSION_KEYS,
 )
 PLATFORMS = ("auto", "linux", "colima")
 COLIMA_KEYS = {
@@ -84,6 +91,7 @@ class Settings:
     platform: str = "auto"
     platform_source: str = "built-in"
     colima: ColimaSettings = field(default_factory=ColimaSettings)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
 
 def _colima_settings(data: Any, path: Path) -> ColimaSettings:
@@ -175,6 +183,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     used_file: Path | None = None
     platform, platform_source = "auto", "built-in"
     colima = ColimaSettings()
+    admission = AdmissionConfig()
     if path is not None and (explicit or path.exists()):
         if not path.is_file():
             raise ConfigError(
@@ -217,6 +226,9 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
             platform, platform_source = _platform_choice(data["platform"], str(path)), str(path)
         if "colima" in data:
             colima = _colima_settings(data["colima"], path)
+        admission = admission.with_settings(
+            {key: data[key] for key in ADMISSION_KEYS if key in data}, str(path)
+        )
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
@@ -228,6 +240,11 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     env_pool = {key: environ[name] for name, key in POOL_ENV.items() if name in environ}
     if env_pool:
         pool = pool.with_settings(env_pool, "environment")
+        if "environment" not in sources:
+            sources.append("environment")
+    env_admission = {key: environ[name] for name, key in ADMISSION_ENV.items() if name in environ}
+    if env_admission:
+        admission = admission.with_settings(env_admission, "environment")
         if "environment" not in sources:
             sources.append("environment")
     allow = environ.get("PYBOX_ALLOW_CREDENTIAL_ENV")
@@ -251,4 +268,5 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         platform=platform,
         platform_source=platform_source,
         colima=colima,
+        admission=admission,
     )

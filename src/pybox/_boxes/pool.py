@@ -14,6 +14,12 @@ forever. The sum of the waiting boxes' memory limits stays within the budget.
 Waiting boxes carry the owner and expiry labels of every box, so a crashed
 pybox's pool is swept like any leftover; and a waiting box's bootstrap exits
 as soon as its owner's connection closes.
+
+A waiting box is a box: with a `gate` (admission control) each one holds a box
+slot from before it is created until it is removed, and a run that takes it
+keeps that slot. The pool takes only a slot that is free while no run waits,
+and does not start the box otherwise; while a run waits anywhere, it removes a
+waiting box to give its slot back. So the pool never deadlocks against the cap.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from pybox._boxes.box import Box
 from pybox._boxes.spec import EXPIRY_MARGIN_S, BoxContext, new_run_id
@@ -35,6 +42,24 @@ FAILURE_BACKOFF_S = (1.0, 5.0, 30.0, 120.0)
 # A replacement waits until the run that took a box is done (or this long):
 # starting a box competes for the CPUs with the run's own end and teardown.
 REFILL_HOLD_S = 1.0
+# With no slot free for a box, look again after this long (not a failure).
+SLOT_RETRY_S = 1.0
+
+
+class Held(Protocol):
+    def release(self) -> None: ...
+
+
+class SlotGate(Protocol):
+    """Admission as the pool sees it (it sits above the pool)."""
+
+    def try_hold(self, what: str) -> Held | None:
+        """A slot free now while no run waits, else None."""
+        ...
+
+    def wanted(self) -> bool:
+        """Whether a run waits for a slot, in any process."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -86,8 +111,11 @@ class WarmPool:
         context: Callable[[], BoxContext],
         settings: PoolSettings,
         log: Callable[[str], None] | None = None,
+        gate: SlotGate | None = None,
     ) -> None:
         self._context = context
+        self._gate = gate
+        self._slots: dict[str, Held] = {}  # box name -> the slot it holds
         self.settings = settings
         self._log = log or (lambda message: None)
         self._profiles: dict[PoolKey, _Profile] = {}
@@ -132,8 +160,11 @@ class WarmPool:
             self._missed += 1
             return None
 
-    def done(self, key: PoolKey) -> None:
-        """The run that took a box of this profile has ended: refill now."""
+    def done(self, key: PoolKey, box: Box | None = None) -> None:
+        """The run that took `box` of this profile has ended (the box is removed):
+        its slot is free, and the pool refills now."""
+        if box is not None:
+            self._release_slot(box)
         with self._cond:
             profile = self._profiles.get(key)
             if profile is not None and profile.in_use > 0:
@@ -213,6 +244,11 @@ class WarmPool:
         """Caller holds the lock: what to do next, in order of urgency."""
         if self._dead:
             return "discard", None, self._dead.pop(0)
+        holding = [p for p in self._profiles.values() if p.waiting]
+        if holding and self._gate is not None and self._gate.wanted():
+            # A run waits for a box slot: give the oldest waiting box's back.
+            profile = min(holding, key=lambda p: p.waiting[0].ready_at)
+            return "discard", profile, profile.waiting.pop(0)
         idle_s = self.settings.idle_s
         for key, profile in list(self._profiles.items()):
             if now - profile.last_asked > idle_s:
@@ -255,7 +291,15 @@ class WarmPool:
                 self._start_one(profile)
 
     def _start_one(self, profile: _Profile) -> None:
+        held: Held | None = None
         try:
+            if self._gate is not None:
+                held = self._gate.try_hold("a warm pool box")
+                if held is None:
+                    with self._cond:  # every slot is in use or wanted: not a failure
+                        profile.starting -= 1
+                        profile.retry_at = time.monotonic() + SLOT_RETRY_S
+                    return
             box: Box | None = self._start_box(profile.key)
             error = None
         except PyboxError as exc:
@@ -266,6 +310,9 @@ class WarmPool:
             box, error = None, f"{type(exc).__name__}: {exc}"
         with self._cond:
             profile.starting -= 1
+            if box is not None and held is not None:
+                self._slots[box.spec.name] = held
+                held = None
             if box is not None and not self._closed:
                 profile.waiting.append(box)
                 profile.failures, profile.last_error = 0, None
@@ -278,6 +325,8 @@ class WarmPool:
                 profile.failures += 1
                 profile.retry_at = time.monotonic() + delay
             self._cond.notify_all()
+        if held is not None:  # no box holds it
+            held.release()
         if error is not None:
             self._log(f"warm pool: could not start a box ({error}); runs take the normal path")
         if box is not None:  # the pool closed while it was starting
@@ -310,8 +359,15 @@ class WarmPool:
 
     def _discard(self, box: Box) -> bool:
         removal = box.remove(look=False)
+        self._release_slot(box)
         if removal.error is not None:
             self._log(
                 f"warm pool: could not remove {box.spec.name}: {removal.error}; `pybox sweep` will"
             )
         return removal.confirmed
+
+    def _release_slot(self, box: Box) -> None:
+        with self._cond:
+            held = self._slots.pop(box.spec.name, None)
+        if held is not None:
+            held.release()

@@ -38,6 +38,33 @@ class SandboxBusy(RequestRejected):
     """Another operation holds the sandbox for longer than a caller waits."""
 
 
+class Busy(RequestRejected):
+    """Every box slot is taken and the queue is full, or a wait for a slot ran out.
+
+    Nothing was started; the same request may succeed after `retry_after_s`."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: float,
+        running: int,
+        max_running: int,
+        waiting: int,
+        max_waiting: int,
+    ) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.running = running
+        self.max_running = max_running
+        self.waiting = waiting
+        self.max_waiting = max_waiting
+
+
+class WaitCancelled(PyboxError):
+    """A run was stopped while it waited for a box slot; nothing was started."""
+
+
 class ConfigError(PyboxError):
     """The operator configuration (file, environment, flags) is invalid."""
 

@@ -46,6 +46,7 @@ from pybox._features.images.records import (
     verify_for_run,
 )
 from pybox._inbox import bootstrap_source
+from pybox._orchestration.admission import SessionAdmission
 from pybox._orchestration.hosts import Host, open_host
 from pybox._orchestration.staging import OutputStaging, stage_outputs
 from pybox._version import __version__
@@ -55,6 +56,7 @@ from pybox._version import __version__
 if TYPE_CHECKING:
     from pybox._adapters.rootfs import Progress
     from pybox._boxes.pool import PoolStats
+    from pybox._core.admission import AdmissionConfig
     from pybox._features.images.operations import ImageOperations
     from pybox._features.sandboxes.service import Sandboxes
     from pybox._features.store import Store
@@ -80,6 +82,7 @@ class Session:
         environ: Mapping[str, str] | None = None,
         repair_policy: RepairPolicy | None = None,
         sandbox_settings: SandboxSettings | None = None,
+        admission: AdmissionConfig | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -101,15 +104,18 @@ class Session:
         self._lock = threading.Lock()
         self._sandboxes: Sandboxes | None = None
         self.sandbox_settings = sandbox_settings or SandboxSettings()
-        self._engine_cpus: int | None = None
+        self._engine_info: dict[str, Any] | None = None
         self._confinement: Confinement | None = None
+        self.admission = SessionAdmission(
+            state.root, admission, self._info, policy.defaults.memory_bytes
+        )
         # Long-lived users (the MCP server, a Client) get a warm pool; one-shot
         # CLI calls do not pay to fill one.
         self._pool = None
         if pool is not None:
             from pybox._boxes.pool import WarmPool
 
-            self._pool = WarmPool(self._context, pool, log)
+            self._pool = WarmPool(self._context, pool, log, gate=self.admission.pool_gate())
         # Where boxes run (`open` chooses; sessions built directly are local).
         self.host = host
         self.platform = host.name if host else "linux"
@@ -142,6 +148,7 @@ class Session:
             environ=env,
             repair_policy=settings.repair_policy,
             sandbox_settings=settings.sandboxes,
+            admission=settings.admission,
         )
 
     @property
@@ -204,8 +211,14 @@ class Session:
         """pybox's seccomp profile and the AppArmor profile boxes on this engine need."""
         if self._confinement is None:
             # Only a local engine shares this machine's kernel, and so its AppArmor.
-            self._confinement = confinement(self.engine.info(), local_host=not self.in_vm)
+            self._confinement = confinement(self._info(), local_host=not self.in_vm)
         return self._confinement
+
+    def _info(self) -> dict[str, Any]:
+        """The engine's `/info`, asked once per session."""
+        if self._engine_info is None:
+            self._engine_info = dict(self.engine.info())
+        return self._engine_info
 
     def prepare(self, request: RunRequest) -> PreparedRun:
         """`request` made ready to run, or a clear refusal; creates nothing.
@@ -233,9 +246,7 @@ class Session:
         return limits
 
     def _cpus(self) -> int:
-        if self._engine_cpus is None:
-            self._engine_cpus = int(self.engine.info().get("NCPU") or 1)
-        return self._engine_cpus
+        return int(self._info().get("NCPU") or 1)
 
     def image(self, name: str) -> ImageRecord:
         record = self.state.image(name)
@@ -389,25 +400,30 @@ class Session:
 
             key = PoolKey.of(image, limits, request.code_name)
             warm = self._pool.take(key)
-        try:
-            outcome = run_once(
-                self._context(),
-                request,
-                limits,
-                image,
-                run_id=prepared.run_id,
-                files_dir=files_dir,
-                cancel=cancel,
-                leftovers_swept=swept,
-                warm=warm,
-                on_event=on_event,
-            )
-        except RunInterrupted as stop:
-            stop.outcome = self._recorded(prepared, stop.outcome)
-            raise
-        finally:
-            if warm is not None and self._pool is not None:
-                self._pool.done(key)
+        # The box's whole life holds a box slot (a warm box brought its own); the run
+        # may wait for one, or is refused with Busy before anything is created.
+        with self.admission.hold(
+            warm is None, cancel=cancel, what=f"run {prepared.run_id}", expected_s=limits.timeout_s
+        ):
+            try:
+                outcome = run_once(
+                    self._context(),
+                    request,
+                    limits,
+                    image,
+                    run_id=prepared.run_id,
+                    files_dir=files_dir,
+                    cancel=cancel,
+                    leftovers_swept=swept,
+                    warm=warm,
+                    on_event=on_event,
+                )
+            except RunInterrupted as stop:
+                stop.outcome = self._recorded(prepared, stop.outcome)
+                raise
+            finally:
+                if warm is not None and self._pool is not None:
+                    self._pool.done(key, warm)
         return self._recorded(prepared, outcome)
 
     def _recorded(self, prepared: PreparedRun, outcome: RunOutcome) -> RunOutcome:

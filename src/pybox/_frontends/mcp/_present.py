@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pybox._core.capture import HeadTailCapture
 from pybox._core.display import escape_lines, escape_text, neutralise_text, plural, quoted
+from pybox._core.errors import Busy
 from pybox._core.limits import LIMIT_FIELDS, Limits
 from pybox._core.receipt import Status
 from pybox._frontends.mcp._live import STREAMS, Page, Stream, kept_from
@@ -91,6 +92,8 @@ def run_structure(run: Run, reply_bytes: int, offsets: Offsets | None = None) ->
             error=str(run.error),
             **_common_result(stdout="", stderr="", exit_code=None, status=None),
         )
+        if isinstance(run.error, Busy):  # refused before a box: the same call may work later
+            data["retry_after_s"] = run.error.retry_after_s
         return data
     outcome = run.outcome
     assert outcome is not None
@@ -371,6 +374,11 @@ RUN_OUTPUT_SCHEMA: JSONObject = {
         "exit_code": {"type": ["integer", "null"]},
         "cause": {"type": "string"},
         "error": {"type": "string"},
+        "retry_after_s": {
+            "type": "number",
+            "description": "with status 'error' when every box slot was taken: nothing ran; "
+            "call again after this many seconds",
+        },
         "stdout": {"type": "string"},
         "stderr": {"type": "string"},
         "stdout_shortened": {"type": "boolean"},
