@@ -24,7 +24,7 @@ from pybox._boxes.outputs import FileMarker
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._boxes.spec import BoxContext, new_run_id
-from pybox._core.errors import ImageError, LimitExceeded, PyboxError
+from pybox._core.errors import LimitExceeded
 from pybox._core.events import EventSink
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
@@ -35,34 +35,23 @@ from pybox._core.request import PreparedRun, RunRequest, check_request
 from pybox._core.sandbox_settings import SandboxSettings
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
-from pybox._features.images.lock_plans import lock_changed
-from pybox._features.images.records import (
-    BuildPlan,
-    ImageStatus,
-    build_stdlib,
-    check_images,
-    other_users_image_hint,
-    plan_stdlib,
-    verify_for_run,
-)
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.admission import SessionAdmission
 from pybox._orchestration.hosts import Host, open_host
+from pybox._orchestration.session_images import SessionImages
 from pybox._orchestration.staging import OutputStaging, stage_outputs
 from pybox._version import __version__
 
 # What only images, the VM, doctor and the warm pool need is imported where they
 # are used: a one-shot `pybox exec` does not pay for it.
 if TYPE_CHECKING:
-    from pybox._adapters.rootfs import Progress
     from pybox._boxes.pool import PoolStats
     from pybox._core.admission import AdmissionConfig
-    from pybox._features.images.operations import ImageOperations
     from pybox._features.sandboxes.service import Sandboxes
     from pybox._features.store import Store
 
 
-class Session:
+class Session(SessionImages):
     """Lazily connected: checking a request needs no engine, so a bad request is
     refused even when the engine is down."""
 
@@ -248,47 +237,6 @@ class Session:
     def _cpus(self) -> int:
         return int(self._info().get("NCPU") or 1)
 
-    def image(self, name: str) -> ImageRecord:
-        record = self.state.image(name)
-        if record is None:
-            known = ", ".join(sorted(self.state.images())) or "none"
-            hint = (
-                "Build it with `pybox setup --yes` (or `pybox image build stdlib`)."
-                if name == "stdlib"
-                else f"Build it with `pybox image build {name}`."
-            )
-            if name == "stdlib":
-                # Not the same advice again: the loop after `sudo pybox setup` ends here.
-                hint = self._other_users_image_hint() or hint
-            raise ImageError(
-                f"No image named {name!r} is recorded in {self.state.root} (recorded: {known}). "
-                + hint
-            )
-        return record
-
-    def _other_users_image_hint(self) -> str | None:
-        try:
-            engine = self.engine
-        except PyboxError:
-            return None  # the run itself reports the unreachable engine
-        return other_users_image_hint(engine, self.state)
-
-    def verified_image(self, name: str) -> ImageRecord:
-        """The recorded image, checked against the engine (ID, name and recipe labels)
-        and against its lock file. Anything else is refused, never used."""
-        record = self.image(name)
-        changed = lock_changed(record)
-        if changed is not None:
-            raise ImageError(
-                f"Refusing to run image {name}: {changed}. Rebuild it with "
-                f"`{record.rebuild_command}`."
-            )
-        key = (record.name, record.image_id, record.recipe_hash)
-        if key not in self._verified_images:
-            verify_for_run(self.engine, record)
-            self._verified_images.add(key)
-        return record
-
     def engine_facts(self) -> EngineFacts:
         engine = self.engine
         return EngineFacts(
@@ -309,43 +257,6 @@ class Session:
         from pybox._orchestration.doctor import leftover_boxes
 
         return leftover_boxes(self.engine, self.is_owner_alive)
-
-    def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
-        if self.host is not None and self.host.in_vm:
-            from pybox._adapters.colima.rootfs_build import VM_DEBIAN_KEYRING
-            from pybox._features.vm.setup import vm_build_source
-
-            # Checked before the VM is touched: a Mac has no apt sources to default to.
-            source = vm_build_source(self.host, mirror, suite)
-            mirror, suite = source.checked()
-            return plan_stdlib(
-                self.engine,
-                self.state,
-                mirror=mirror,
-                suite=suite,
-                keyring=VM_DEBIAN_KEYRING,
-                mirror_found_in=source.found_in,
-            )
-        return plan_stdlib(self.engine, self.state, mirror=mirror, suite=suite)
-
-    def build_stdlib(
-        self, plan: BuildPlan, progress: Progress, *, force: bool = False
-    ) -> ImageRecord:
-        builder = None
-        if self.host is not None and self.host.in_vm:
-            from pybox._adapters.colima.rootfs_build import VMRootfsBuilder
-
-            builder = VMRootfsBuilder(self.host.colima())
-        return build_stdlib(self.engine, self.state, plan, progress, force=force, builder=builder)
-
-    def check_images(self) -> list[ImageStatus]:
-        return check_images(self.engine, self.state)
-
-    def images(self) -> ImageOperations:
-        """Building from locks, verifying, removing, pulling and pushing images."""
-        from pybox._features.images.operations import ImageOperations
-
-        return ImageOperations(lambda: self.engine, self.state, self.owner, self._environ)
 
     def sweep(self) -> SweepReport:
         return sweep(self.engine, self.state, self.is_owner_alive)
