@@ -34,15 +34,17 @@ def install_into(
     session = sandboxes.session
     image = session.verified_image(row.image_name)
     limits = sandboxes.get(row.sandbox_id).limits
-    installed = install_libraries(
-        session.engine,
-        image,
-        libraries,
-        owner=session.owner,
-        environ=session.environ,
-        max_bytes=limits.writable_bytes,
-        say=say,
-    )
+    # The install box is a box like any other: it takes a box slot for its life.
+    with session.admission.hold(True, what=f"libraries for {row.sandbox_id}", expected_s=60.0):
+        installed = install_libraries(
+            session.engine,
+            image,
+            libraries,
+            owner=session.owner,
+            environ=session.environ,
+            max_bytes=limits.writable_bytes,
+            say=say,
+        )
     with sandboxes._attached(row.sandbox_id) as (fresh, box):
         request = fileops.unpack_request(PACKAGES_FOLDER, installed.tar_bytes)
         limits = sandboxes._run_limits(box.limits, request)
