@@ -46,9 +46,24 @@ def test_an_exec_run_is_recorded_and_shown_and_its_env_value_is_not(
     (entry,) = [e for e in tail["entries"] if e["subject"] == run_id]
     assert entry["details"] == {"status": "succeeded", "image": "stdlib", "exit_code": 0}
 
-    for path in state_dir.iterdir():
-        if path.name.startswith(DB_NAME):
-            assert SECRET.encode() not in path.read_bytes(), path
+    # Read in a process of its own: this one may hold the store open, and closing any
+    # descriptor of the file would drop SQLite's locks on it here.
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pathlib\n"
+            "for p in pathlib.Path(sys.argv[1]).iterdir():\n"
+            "    if p.name.startswith(sys.argv[2]) and sys.argv[3].encode() in p.read_bytes():\n"
+            "        print(p)",
+            str(state_dir),
+            DB_NAME,
+            SECRET,
+        ],
+        capture_output=True,
+        check=True,
+    )
+    assert found.stdout == b"", found.stdout
 
 
 def test_runs_of_several_processes_at_once_are_all_recorded_in_one_chain(

@@ -114,15 +114,18 @@ def create_private(path: Path) -> None:
     """Make the state directory (0700) and the database file (0600) if missing; an
     existing database readable by others is made private. SQLite gives its -wal
     and -shm files the database file's mode."""
+    # Never open (and so close) a descriptor of a database this process may already
+    # use: closing any descriptor of the file drops every POSIX lock SQLite holds on
+    # it in this process, and another process then writes beside it (a "malformed"
+    # database). Create the file only where it is missing; otherwise work by path.
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            info = os.fstat(fd)
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            info = os.stat(path)
             if info.st_mode & 0o077 and info.st_uid == os.getuid():
-                os.fchmod(fd, 0o600)
-        finally:
-            os.close(fd)
+                os.chmod(path, 0o600)
     except OSError as exc:
         raise StateError(
             f"Cannot create pybox's store {path}: {exc.strerror or exc}. Set PYBOX_STATE_DIR "
