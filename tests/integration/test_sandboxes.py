@@ -210,6 +210,15 @@ def test_libraries_are_installed_by_another_box_and_import_in_the_sandbox(
         audit = [e for e in sandboxes.store.audit_tail(20) if e.operation == "sandbox.install"]
         packages = audit[-1].details["packages"]
         assert packages[0]["name"] == "six" and packages[0]["version"]
+        # The receipt of the run that installed them says what was installed.
+        (install,) = [
+            r
+            for r in sandboxes.store.list_runs(sandbox_id=info.sandbox_id)
+            if r.kind == "sandbox.install"
+        ]
+        assert install.receipt is not None
+        (library,) = install.receipt["configured"]["libraries"]
+        assert library["name"] == "six" and len(library["wheel_sha256"] or "") == 64
     finally:
         sandboxes.destroy(info.sandbox_id)
     assert engine.inspect_container(f"pybox-{info.sandbox_id}") is None

@@ -51,6 +51,7 @@ PINNED = {
         "code",
         "inputs",
         "collect_outputs",
+        "libraries",
     ],
     "configured.engine": ["endpoint", "api_version", "server_version"],
     "configured.confinement": [

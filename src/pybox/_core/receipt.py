@@ -95,6 +95,16 @@ class ConfinementFacts:
 
 
 @dataclass(frozen=True)
+class LibraryFact:
+    """A library an install box installed: its name and version as pip reported them,
+    and the sha256 of the wheel pip checked (None: the index gave no hash)."""
+
+    name: str
+    version: str
+    wheel_sha256: str | None
+
+
+@dataclass(frozen=True)
 class Configured:
     pybox_version: str
     engine: EngineFacts
@@ -110,6 +120,8 @@ class Configured:
     code: FileDigest
     inputs: tuple[FileDigest, ...]
     collect_outputs: bool
+    # A sandbox's run: the libraries installed for it (by an install box) just before.
+    libraries: tuple[LibraryFact, ...] = ()
 
 
 @dataclass(frozen=True)

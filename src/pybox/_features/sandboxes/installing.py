@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pybox._core.errors import SandboxError
+from pybox._core.receipt import LibraryFact
 from pybox._features.sandboxes import fileops
 from pybox._features.sandboxes.install import install_libraries
 from pybox._features.sandboxes.records import PACKAGES_FOLDER
@@ -48,8 +49,9 @@ def install_into(
     with sandboxes._attached(row.sandbox_id) as (fresh, box):
         request = fileops.unpack_request(PACKAGES_FOLDER, installed.tar_bytes)
         limits = sandboxes._run_limits(box.limits, request)
+        facts = tuple(LibraryFact(p.name, p.version, p.wheel_sha256) for p in installed.packages)
         outcome = sandboxes._program(
-            fresh, box, request, limits, "sandbox.install", None, None, None
+            fresh, box, request, limits, "sandbox.install", None, None, None, facts
         )
     report = fileops.outcome_report(outcome, PACKAGES_FOLDER, "unpack the libraries into")
     if not isinstance(report.get("files"), int):

@@ -35,6 +35,7 @@ from pybox._core.errors import (
 from pybox._core.events import EventSink
 from pybox._core.limits import LimitRequest, Limits, Policy
 from pybox._core.posture import WORK_DIR
+from pybox._core.receipt import LibraryFact
 from pybox._core.request import RunRequest, check_request
 from pybox._core.requirements import parse_libraries
 from pybox._features.sandboxes.fileops import SandboxFile
@@ -212,9 +213,11 @@ class Sandboxes:
         files_dir: Path | None = None,
         cancel: threading.Event | None = None,
         on_event: EventSink | None = None,
+        installed: tuple[LibraryFact, ...] = (),
     ) -> RunOutcome:
         """One program in the sandbox, under its limits (a run may ask for a lower
-        timeout or output cap; more is refused). A failing program is data."""
+        timeout or output cap; more is refused). A failing program is data.
+        `installed`: the libraries installed for this run, for its receipt."""
         self._check_id(sandbox_id)
         with self._lock(sandbox_id, cancel), self._attached(sandbox_id) as (row, box):
             limits = self._run_limits(box.limits, request)
@@ -225,7 +228,9 @@ class Sandboxes:
             )
             if row.libraries:
                 request = with_packages_path(request)
-            return self._program(row, box, request, limits, kind, files_dir, cancel, on_event)
+            return self._program(
+                row, box, request, limits, kind, files_dir, cancel, on_event, installed
+            )
 
     def _program(
         self,
@@ -237,6 +242,7 @@ class Sandboxes:
         files_dir: Path | None,
         cancel: threading.Event | None,
         on_event: EventSink | None,
+        installed: tuple[LibraryFact, ...] = (),
     ) -> RunOutcome:
         run_id = secrets.token_hex(8)
         self.store.record_run_started(
@@ -257,6 +263,10 @@ class Sandboxes:
                 on_event=on_event,
                 limits=limits,
             )
+            if installed:
+                receipt = outcome.receipt
+                configured = replace(receipt.configured, libraries=installed)
+                outcome = replace(outcome, receipt=replace(receipt, configured=configured))
         finally:
             self._after_program(row, box, run_id, kind, outcome)
         return outcome

@@ -17,6 +17,7 @@ import json
 from pybox._core.boxquote import BoxQuote
 from pybox._core.errors import InvalidRequest, PyboxError, RequestRejected
 from pybox._core.limits import LimitRequest
+from pybox._core.receipt import LibraryFact
 from pybox._core.request import PreparedRun, RunRequest
 from pybox._features.sandboxes.records import RUN_PROGRAM, SandboxInfo, persists
 from pybox._frontends.mcp._present import (
@@ -164,7 +165,11 @@ def run(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
         code_name=RUN_PROGRAM,
         limits=LimitRequest(timeout_s=timeout) if timeout is not None else LimitRequest(),
     )
-    outcome = sandboxes.run(sandbox_id, request, cancel=ctx.cancel)
+    facts = tuple(
+        LibraryFact(p["name"], p["version"], p["wheel_sha256"])
+        for p in installed.get("installed", {}).get("packages", ())
+    )
+    outcome = sandboxes.run(sandbox_id, request, cancel=ctx.cancel, installed=facts)
     return _outcome_result(toolbox, sandbox_id, request, outcome, installed)
 
 
