@@ -46,6 +46,19 @@ def test_create_run_fix_run_destroy_over_stdio(state_dir: Path, engine: Engine) 
                 assert fixed.structured_content is not None
                 assert fixed.structured_content["stdout"] == "42\n"
                 assert fixed.structured_content["sandbox_id"] == sandbox_id
+                with_six = await client.call_tool(
+                    "run",
+                    {
+                        "sandbox_id": sandbox_id,
+                        "code": "import six\nprint(six.__name__)",
+                        "libraries": ["six"],
+                    },
+                )
+                assert with_six.is_error is False, with_six
+                assert with_six.structured_content is not None
+                assert with_six.structured_content["stdout"] == "six\n"
+                installed = with_six.structured_content["receipt"]["configured"]["libraries"]
+                assert [p["name"] for p in installed] == ["six"]
                 receipt = await client.read_resource(fixed.structured_content["resource_uri"])
                 assert fixed.structured_content["run_id"] in str(receipt.contents[0])
                 escaped = await client.call_tool(
