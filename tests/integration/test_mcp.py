@@ -41,7 +41,7 @@ SLOW_PROGRAM = "import time\nprint('started', flush=True)\ntime.sleep(120)\n"
 
 def server_env(state_dir: Path) -> dict[str, str]:
     env = {"PYBOX_STATE_DIR": str(state_dir), "PATH": os.environ.get("PATH", "")}
-    for key in ("HOME", "DOCKER_HOST", "PYBOX_DEBUG"):
+    for key in ("HOME", "DOCKER_HOST", "PYBOX_DEBUG", "PYTHONPATH"):
         if key in os.environ:
             env[key] = os.environ[key]
     return env
@@ -78,7 +78,8 @@ async def wait_gone(engine: Engine, container_id: str, timeout_s: float = 30.0) 
 async def exercise(client: Client, engine: Engine) -> None:
     """What every client mode must be able to do."""
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == {"run_python", "start_run", "get_result", "get_run", "stop_run"}
+    runs = {"run_python", "start_run", "get_result", "get_run", "stop_run"}
+    assert runs <= set(tools) and {"create_sandbox", "run", "destroy_sandbox"} <= set(tools)
 
     capabilities = (await client.read_resource("pybox://capabilities")).contents[0]
     assert isinstance(capabilities, TextResourceContents)

@@ -17,9 +17,10 @@ from typing import Any
 
 from pybox._adapters.confinement import host_apparmor
 from pybox._core import wire
-from pybox._core.errors import EngineAPIError, EngineError
+from pybox._core.errors import EngineAnswerTooLarge, EngineAPIError, EngineError
 from pybox._core.posture import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS
 from pybox._engine import EngineEndpoint, JSONObject
+from pybox._engine.interface import ARCHIVE_MAX_BYTES
 from pybox._inbox import bootstrap_source
 
 _BOOTSTRAP: dict[str, Any] = {"__name__": "pybox_bootstrap_under_test"}
@@ -290,6 +291,8 @@ class FakeEngine:
         self.execs: dict[str, tuple[str, list[str], int, bytes]] = {}
         self.networks: dict[str, set[str]] = {}
         self.archives: list[tuple[str, str, bytes]] = []
+        # What get_archive answers for a path (a tar), in any container.
+        self.archives_out: dict[str, bytes] = {}
         self.registry: dict[str, JSONObject] = {}
 
     @property
@@ -469,6 +472,30 @@ class FakeEngine:
     def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None:
         self._call("put_archive", container_id)
         self.archives.append((container_id, path, tar_bytes))
+
+    def get_archive(
+        self,
+        container_id: str,
+        path: str,
+        *,
+        max_bytes: int = ARCHIVE_MAX_BYTES,
+        timeout_s: float = 300.0,
+    ) -> bytes:
+        self._call("get_archive", path)
+        if container_id not in self.containers or path not in self.archives_out:
+            raise EngineAPIError(
+                f"The engine refused to read {path} (HTTP 404): no such file",
+                status=404,
+                engine_message="Could not find the file",
+            )
+        data = self.archives_out[path]
+        if len(data) > max_bytes:
+            raise EngineAnswerTooLarge(
+                f"The engine's answer to GET /containers/{container_id}/archive is larger "
+                f"than {max_bytes} bytes, the most pybox reads of it; it was not read.",
+                limit_bytes=max_bytes,
+            )
+        return data
 
     def exec_create(self, container_id: str, argv: list[str], user: str) -> str:
         self._call("exec", " ".join(argv))

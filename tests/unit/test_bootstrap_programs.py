@@ -73,13 +73,21 @@ AS_PID1 = _unshare_works()
 class Bootstrap:
     """The host's side: payloads in, frames out, with a deadline on every read."""
 
-    def __init__(self, tmp_path: Path, protocol: int, *, pid1: bool, wait_s: float = 20) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        protocol: int,
+        *,
+        pid1: bool,
+        wait_s: float = 20,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         source = tmp_path / "bootstrap.py"
         source.write_text(bootstrap_source())
         self.root = tmp_path / "box"
         self.root.mkdir()
         argv = [PYTHON, "-I", "-S", "-c", DRIVER, str(source), str(self.root)]
-        argv += [PYTHON, "main.py", str(protocol), f"{wait_s:g}"]
+        argv += [PYTHON, "main.py", str(protocol), f"{wait_s:g}", *extra_args]
         if pid1:
             argv = ["unshare", *UNSHARE, *argv]
         self.protocol = protocol

@@ -13,6 +13,7 @@ import pytest
 from pybox._adapters.state import StateStore
 from pybox._core.limits import Policy
 from pybox._frontends.mcp import ServerOptions
+from pybox._frontends.mcp._tools import TOOLS
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.mcp_harness import MODERN_META, Peer
@@ -168,12 +169,9 @@ def test_initialize_negotiates_a_version(peer: Peer) -> None:
     assert set(result["capabilities"]) == {"tools", "resources"}
     listed = peer.request("tools/list", modern=False)["result"]
     assert "resultType" not in listed and "ttlMs" not in listed
-    assert {t["name"] for t in listed["tools"]} == {
-        "run_python",
-        "start_run",
-        "get_result",
-        "get_run",
-        "stop_run",
+    assert {t["name"] for t in listed["tools"]} == {tool.name for tool in TOOLS}
+    assert {"run_python", "start_run", "get_result", "get_run", "stop_run"} <= {
+        t["name"] for t in listed["tools"]
     }
     assert not any(t["name"].startswith("docker") for t in listed["tools"])
 

@@ -218,7 +218,7 @@ def test_every_group_is_on_by_default(engine: FakeEngine, state: StateStore) -> 
             "text"
         ]
     )
-    assert capabilities["tool_groups"]["enabled"] == ["runs", "extra"]
+    assert capabilities["tool_groups"]["enabled"] == ["runs", "sandboxes", "extra"]
 
 
 def test_a_group_that_is_off_is_not_listed_and_its_tools_are_unknown(
@@ -237,7 +237,7 @@ def test_a_group_that_is_off_is_not_listed_and_its_tools_are_unknown(
     )
     assert capabilities["tool_groups"] == {
         "enabled": ["extra"],
-        "available": ["runs", "extra"],
+        "available": ["runs", "sandboxes", "extra"],
         "rule": capabilities["tool_groups"]["rule"],
     }
     peer = peer_with(engine, state, ("runs",))
@@ -245,7 +245,7 @@ def test_a_group_that_is_off_is_not_listed_and_its_tools_are_unknown(
 
 
 def test_tool_groups_are_checked() -> None:
-    assert TOOL_GROUPS == ("runs",)
+    assert TOOL_GROUPS == ("runs", "sandboxes")
     assert tool_groups("runs", TOOL_GROUPS) == ("runs",)
     assert tool_groups(" runs , runs", TOOL_GROUPS) == ("runs",)
     with pytest.raises(ConfigError, match="no tool group 'sandbox'; the groups are: runs"):

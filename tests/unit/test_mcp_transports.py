@@ -23,6 +23,7 @@ from pybox._core.errors import ConfigError
 from pybox._frontends.mcp import ServerOptions, build_dispatcher
 from pybox._frontends.mcp._http import HttpServer, HttpSettings, http_settings
 from pybox._frontends.mcp._stdio import StdioServer
+from pybox._frontends.mcp._tools import TOOLS
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.mcp_harness import MODERN_META
@@ -408,7 +409,7 @@ def test_http_sessions_for_the_handshake_era(http_server: HttpServer) -> None:
     notified = post(http_server, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
     assert notified[0] == 202
     status, _, body = post(http_server, listing, session)
-    assert status == 200 and len(json.loads(body)["result"]["tools"]) == 5
+    assert status == 200 and len(json.loads(body)["result"]["tools"]) == len(TOOLS)
     assert post(http_server, listing, {**legacy, "Mcp-Session-Id": "unknown"})[0] == 404
     assert post(http_server, b"", session, method="DELETE")[0] == 204
     assert post(http_server, listing, session)[0] == 404

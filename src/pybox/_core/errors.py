@@ -59,6 +59,14 @@ class EngineAPIError(EngineError):
         self.engine_message = engine_message
 
 
+class EngineAnswerTooLarge(EngineError):
+    """The engine's answer was longer than pybox allowed itself to read."""
+
+    def __init__(self, message: str, *, limit_bytes: int) -> None:
+        super().__init__(message)
+        self.limit_bytes = limit_bytes
+
+
 class ImageError(PyboxError):
     """An image is missing, unrecorded, or not the one that was recorded."""
 
@@ -79,6 +87,12 @@ class SandboxError(PyboxError):
     def __init__(self, message: str, *, quote: BoxQuote | None = None) -> None:
         super().__init__(message)
         self.quote = quote
+
+
+class LibraryInstallError(SandboxError):
+    """Installing libraries in an install box failed (pip, its time, its size).
+
+    `quote` marks pip's own words, which came from inside the install box."""
 
 
 class PostureMismatch(SandboxError):

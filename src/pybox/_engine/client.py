@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pybox._core.errors import EngineAPIError, EngineError
-from pybox._engine.interface import JSONObject
+from pybox._engine.interface import ARCHIVE_MAX_BYTES, JSONObject
 from pybox._engine.plumbing import NO_AUTH, EngineHTTP
 from pybox._engine.stream import DockerAttachStream
 
@@ -117,6 +117,28 @@ class DockerEngine(EngineHTTP):
             content_type="application/x-tar",
             timeout_s=300.0,
         )
+
+    def get_archive(
+        self,
+        container_id: str,
+        path: str,
+        *,
+        max_bytes: int = ARCHIVE_MAX_BYTES,
+        timeout_s: float = 300.0,
+    ) -> bytes:
+        """A tar of `path` in the container, as the engine packs it; an answer longer
+        than `max_bytes` is refused unread (`EngineAnswerTooLarge`)."""
+        result: bytes = self._call(
+            "GET",
+            f"/containers/{container_id}/archive",
+            what=f"to read {path} out of {container_id[:12]}",
+            query={"path": path},
+            ok=(200,),
+            parse=False,
+            timeout_s=timeout_s,
+            max_body_bytes=max_bytes,
+        )
+        return result
 
     def exec_create(self, container_id: str, argv: list[str], user: str) -> str:
         body = {

@@ -24,6 +24,14 @@ class ProtocolError(Exception):
     """The answer is not HTTP/1.1 as pybox reads it, or stopped short."""
 
 
+class BodyTooLarge(ProtocolError):
+    """The answer's body is longer than the caller allowed (it was not read whole)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__(f"the answer's body is longer than {limit_bytes} bytes")
+        self.limit_bytes = limit_bytes
+
+
 class Headers:
     """An answer's header fields, looked up by name in any case (the first of a
     repeated name counts, as `http.client` gives it)."""
@@ -57,15 +65,16 @@ def exchange(
     target: str,
     headers: Mapping[str, str],
     body: bytes | Iterable[bytes] | None = None,
+    max_body_bytes: int | None = None,
 ) -> Response:
     """Send one request on `sock` and read its answer. An iterable body goes chunked.
 
     Socket errors and timeouts are raised as they are; a malformed or cut-short
-    answer is a `ProtocolError`.
+    answer is a `ProtocolError`, one longer than `max_body_bytes` a `BodyTooLarge`.
     """
     send_request(sock, method, target, headers, body)
     with sock.makefile("rb") as reader:
-        return read_response(reader, method)
+        return read_response(reader, method, max_body_bytes)
 
 
 def send_request(
@@ -97,7 +106,9 @@ def send_request(
         sock.sendall(b"0\r\n\r\n")
 
 
-def read_response(reader: _Reader, method: str = "GET") -> Response:
+def read_response(
+    reader: _Reader, method: str = "GET", max_body_bytes: int | None = None
+) -> Response:
     while True:
         status_line = _line(reader)
         if not status_line:
@@ -109,12 +120,20 @@ def read_response(reader: _Reader, method: str = "GET") -> Response:
     if method == "HEAD" or status in (101, 204, 304):
         return Response(status, headers, b"")
     if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
-        return Response(status, headers, _chunked_body(reader))
+        return Response(status, headers, _chunked_body(reader, max_body_bytes))
     length = headers.get("Content-Length")
     if length is None:
-        return Response(status, headers, reader.read())
+        if max_body_bytes is None:
+            return Response(status, headers, reader.read())
+        # One byte more than allowed tells "too long" from "exactly the limit".
+        body = reader.read(max_body_bytes + 1)
+        if len(body) > max_body_bytes:
+            raise BodyTooLarge(max_body_bytes)
+        return Response(status, headers, body)
     if not length.strip().isdigit():
         raise ProtocolError(f"the answer's Content-Length is {length!r}")
+    if max_body_bytes is not None and int(length) > max_body_bytes:
+        raise BodyTooLarge(max_body_bytes)
     return Response(status, headers, _exactly(reader, int(length)))
 
 
@@ -163,8 +182,9 @@ def _headers(reader: _Reader) -> Headers:
             raise ProtocolError(f"the answer has more than {MAX_HEADERS} header fields")
 
 
-def _chunked_body(reader: _Reader) -> bytes:
+def _chunked_body(reader: _Reader, max_body_bytes: int | None = None) -> bytes:
     parts: list[bytes] = []
+    total = 0
     while True:
         size_text = _line(reader).split(b";", 1)[0].strip()
         try:
@@ -175,6 +195,9 @@ def _chunked_body(reader: _Reader) -> bytes:
             raise ProtocolError(f"a chunk of the answer has the size {size_text[:20]!r}")
         if size == 0:
             break
+        total += size
+        if max_body_bytes is not None and total > max_body_bytes:
+            raise BodyTooLarge(max_body_bytes)
         parts.append(_exactly(reader, size))
         if _line(reader) not in (b"\r\n", b"\n"):
             raise ProtocolError("a chunk of the answer does not end where its size says")

@@ -14,6 +14,9 @@ from pybox._engine.endpoint import EngineEndpoint
 
 JSONObject = dict[str, Any]
 
+# The most of a container's files `get_archive` reads unless told otherwise.
+ARCHIVE_MAX_BYTES = 64 * 1024 * 1024
+
 
 class AttachStream(Protocol):
     """A box's stdin (to send) and demultiplexed stdout/stderr (to read)."""
@@ -81,6 +84,17 @@ class ImageEngine(Protocol):
     def remove_image(self, reference: str) -> bool: ...
 
     def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None: ...
+
+    def get_archive(
+        self,
+        container_id: str,
+        path: str,
+        *,
+        max_bytes: int = ARCHIVE_MAX_BYTES,
+        timeout_s: float = 300.0,
+    ) -> bytes:
+        """A tar of `path` in the container; `EngineAnswerTooLarge` past `max_bytes`."""
+        ...
 
     def exec_create(self, container_id: str, argv: list[str], user: str) -> str: ...
 

@@ -13,10 +13,10 @@ import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Self
 
-from pybox._core.errors import EngineError
+from pybox._core.errors import EngineAnswerTooLarge, EngineError
 from pybox._engine.endpoint import EngineEndpoint
 from pybox._engine.errors import api_error, connection_lost, unreachable
-from pybox._engine.http1 import Headers, ProtocolError, exchange
+from pybox._engine.http1 import BodyTooLarge, Headers, ProtocolError, exchange
 from pybox._engine.interface import JSONObject
 from pybox._engine.stream import DockerAttachStream
 from pybox._engine.transport import Transport, UnixTransport
@@ -117,6 +117,7 @@ class EngineHTTP:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         versioned: bool = True,
         extra_headers: Mapping[str, str] | None = None,
+        max_body_bytes: int | None = None,
     ) -> tuple[int, bytes, Headers]:
         """One HTTP request: status, body and headers; transport failures raised here."""
         full_path = self._path(path, query, versioned)
@@ -133,8 +134,14 @@ class EngineHTTP:
         sock = None
         try:
             sock = self._transport.open(timeout_s)
-            response = exchange(sock, method, full_path, headers, payload)
+            response = exchange(sock, method, full_path, headers, payload, max_body_bytes)
             return response.status, response.body, response.headers
+        except BodyTooLarge as exc:
+            raise EngineAnswerTooLarge(
+                f"The engine's answer to {method} {path} is larger than {exc.limit_bytes} "
+                "bytes, the most pybox reads of it; it was not read.",
+                limit_bytes=exc.limit_bytes,
+            ) from None
         except TimeoutError:
             raise EngineError(
                 f"The engine did not answer {method} {path} within {timeout_s:g} s."

@@ -739,7 +739,7 @@ def run_program(link, python, header, started, defaults, protocol, first):
 
 
 def wait_for_magic(link, ready, give_up_at):
-    """Protocol 3: skip stray STOP and ACK bytes, answer pings, until a payload's
+    """Protocol 3: skip stray bytes (STOP, ACK, pieces of pings), answer pings, until a payload's
     magic (True), the end of stdin or the end of the wait (False). A repeated
     nonce is answered once, so a pybox that pinged twice finds one answer."""
     answered = None
@@ -750,7 +750,9 @@ def wait_for_magic(link, ready, give_up_at):
         first = os.read(link.fd_in, 1)
         if not first:
             return False
-        if first in (STOP, ACK):
+        if first != PING and first != MAGIC[:1]:
+            # STOP and ACK, or the rest of a ping a program's pump swallowed in part
+            # (a nonce is lowercase hex: never the magic's first byte).
             continue
         if first == PING:
             nonce = link.read_exact(PING_NONCE_CHARS).decode("ascii", "replace")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from pybox._boxes.box import run_once
 from pybox._boxes.cleanup import SweepReport, sweep
 from pybox._boxes.outputs import FileMarker
 from pybox._boxes.program import SAMPLE_INTERVAL_S
-from pybox._boxes.record import RunOutcome
+from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._boxes.spec import BoxContext, new_run_id
 from pybox._core.errors import ImageError, LimitExceeded, PyboxError
 from pybox._core.events import EventSink
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from pybox._boxes.pool import PoolStats
     from pybox._features.images.operations import ImageOperations
     from pybox._features.sandboxes.service import Sandboxes
+    from pybox._features.store import Store
 
 
 class Session:
@@ -112,6 +114,7 @@ class Session:
         self._output_marker: FileMarker | None = host.output_marker() if host else None
         # Image IDs are content hashes, so an image checked once stays checked.
         self._verified_images: set[tuple[str, str, str]] = set()
+        self._store: Store | None = None  # opened on first use (sqlite3 with it)
 
     @classmethod
     def open(
@@ -146,6 +149,15 @@ class Session:
         """The recorded images by name, as values: front ends never hold the store."""
         return self.state.images()
 
+    def store(self) -> Store:
+        """pybox's store of runs, sandboxes and the audit log (docs/store.md)."""
+        with self._lock:
+            if self._store is None:
+                from pybox._features.store import Store
+
+                self._store = Store.open(self.state.root)
+            return self._store
+
     @property
     def engine(self) -> Engine:
         with self._lock:
@@ -176,12 +188,12 @@ class Session:
 
     def sandboxes(self) -> Sandboxes:
         """This state directory's sandboxes (the store opened on first use)."""
+        store = self.store()  # takes the lock itself
         with self._lock:
             if self._sandboxes is None:
                 from pybox._features.sandboxes.service import Sandboxes
-                from pybox._features.store import Store
 
-                self._sandboxes = Sandboxes(self, Store.open(self.state_dir))
+                self._sandboxes = Sandboxes(self, store)
             return self._sandboxes
 
     def confinement(self) -> Confinement:
@@ -374,7 +386,7 @@ class Session:
             key = PoolKey.of(image, limits, request.code_name)
             warm = self._pool.take(key)
         try:
-            return run_once(
+            outcome = run_once(
                 self._context(),
                 request,
                 limits,
@@ -386,9 +398,20 @@ class Session:
                 warm=warm,
                 on_event=on_event,
             )
+        except RunInterrupted as stop:
+            stop.outcome = self._recorded(prepared, stop.outcome)
+            raise
         finally:
             if warm is not None and self._pool is not None:
                 self._pool.done(key)
+        return self._recorded(prepared, outcome)
+
+    def _recorded(self, prepared: PreparedRun, outcome: RunOutcome) -> RunOutcome:
+        """Recorded in the store; a store failure is an `unknown` of the receipt, not an error."""
+        from pybox._features.store.recording import record_run
+
+        receipt = record_run(self.store, prepared, outcome.receipt, owner=self.owner)
+        return replace(outcome, receipt=receipt)
 
     def warm_up(self, request: RunRequest | None = None, wait_s: float = 0.0) -> bool:
         """Keep warm boxes for `request`'s profile (default: the default run).
@@ -412,5 +435,8 @@ class Session:
         return None if self._pool is None else self._pool.stats()
 
     def close(self) -> list[str]:
-        """Remove the warm pool's waiting boxes; the names not confirmed gone."""
+        """Remove the warm pool's waiting boxes (return the names not confirmed gone);
+        close the store."""
+        if self._store is not None:
+            self._store.close()
         return [] if self._pool is None else self._pool.close()

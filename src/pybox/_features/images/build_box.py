@@ -8,14 +8,15 @@ import io
 import json
 import tarfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pybox._adapters.piptool import PipSettings
 from pybox._adapters.rootfs import Progress
 from pybox._core.build_posture import BuildBoxSpec, build_requirements
 from pybox._core.display import plural
-from pybox._core.errors import ImageBuildError
+from pybox._core.errors import ImageBuildError, PyboxError
 from pybox._core.limits import MIB
 from pybox._core.posture import (
     DEFAULT_PATH,
@@ -86,23 +87,29 @@ def build_box_spec(
     pybox_version: str,
     cpus: int,
     confinement: Confinement,
+    python: str = BASE_PYTHON,
+    lifetime_s: int = BUILD_TIMEOUT_S,
+    memory_bytes: int = BUILD_MEMORY_BYTES,
+    tmp_bytes: int = BUILD_TMP_BYTES,
 ) -> BuildBoxSpec:
+    """A build box's spec; an install box (pybox._features.sandboxes.install) is one
+    too, with the sandbox's image and Python, a shorter life and smaller caps."""
     return BuildBoxSpec(
         image_id=image_id,
         # The box ends itself if pybox never comes back; pybox kills it sooner.
-        entrypoint=(BASE_PYTHON, "-I", "-S", "-c", f"import time; time.sleep({BUILD_TIMEOUT_S})"),
+        entrypoint=(python, "-I", "-S", "-c", f"import time; time.sleep({lifetime_s})"),
         env=(f"PATH={DEFAULT_PATH}", "LANG=C.UTF-8", "HOME=/root", "TMPDIR=/tmp"),
         labels=(
             (LABEL_MANAGED, "1"),
             (LABEL_RUN_ID, run_id),
             (LABEL_OWNER, owner),
-            (LABEL_EXPIRES_AT, str(int(time.time()) + BUILD_TIMEOUT_S)),
+            (LABEL_EXPIRES_AT, str(int(time.time()) + lifetime_s)),
             (LABEL_VERSION, pybox_version),
         ),
         # Created on the bridge so it can be attached later; detached before start.
         network=BUILD_NETWORK,
-        tmpfs=(("/tmp", f"rw,nosuid,nodev,noexec,size={BUILD_TMP_BYTES},mode=1777"),),
-        memory_bytes=BUILD_MEMORY_BYTES,
+        tmpfs=(("/tmp", f"rw,nosuid,nodev,noexec,size={tmp_bytes},mode=1777"),),
+        memory_bytes=memory_bytes,
         cpus=cpus,
         pids=BUILD_PIDS,
         confinement=confinement,
@@ -114,19 +121,27 @@ def build_box_body(spec: BuildBoxSpec) -> JSONObject:
     return body_from(build_requirements(spec))
 
 
-def read_back_build_box(engine: Engine, spec: BuildBoxSpec, container_id: str) -> PostureReport:
+def read_back_build_box(
+    engine: Engine,
+    spec: BuildBoxSpec,
+    container_id: str,
+    *,
+    box: str = "build box",
+    outcome: str = "Nothing was built",
+    error: type[PyboxError] = ImageBuildError,
+) -> PostureReport:
     """The build box as the engine made it, checked against its table before start."""
     inspected = engine.inspect_container(container_id)
     if inspected is None:
-        raise ImageBuildError("The build box vanished between create and inspect.")
+        raise error(f"The {box} vanished between create and inspect.")
     report = check_requirements(build_requirements(spec), inspected)
     if not report.ok:
         details = "; ".join(m.describe() for m in report.mismatches[:5])
-        raise ImageBuildError(
-            f"The build box was refused before start: "
+        raise error(
+            f"The {box} was refused before start: "
             f"{plural(len(report.mismatches), 'setting')} "
             f"{'differs' if len(report.mismatches) == 1 else 'differ'} from what pybox asked "
-            f"for: {details}. Nothing was built; check the "
+            f"for: {details}. {outcome}; check the "
             "engine's configuration (`pybox doctor`)."
         )
     return report
@@ -146,6 +161,26 @@ def build_inputs_tar(files: Mapping[str, bytes]) -> bytes:
             info.mode = 0o600
             archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+def pip_install_argv(
+    python: str, wheel_name: str, options: Sequence[str], pip: PipSettings, with_cert: bool
+) -> list[str]:
+    """`pip install` in a box, run from pip's wheel put into BUILD_DIR, told this
+    machine's index, CA (as BUILD_DIR/ca.pem) and proxy, and nothing else."""
+    return [
+        python,
+        f"{BUILD_DIR}/{wheel_name}/pip",
+        "install",
+        "--isolated",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--root-user-action=ignore",
+        "--progress-bar=off",
+        "--no-color",
+        *options,
+        *pip.install_args(f"{BUILD_DIR}/ca.pem" if with_cert else None),
+    ]
 
 
 class BuildBox:

@@ -57,6 +57,7 @@ from pybox._features.images.build_box import (
     build_box_body,
     build_box_spec,
     build_inputs_tar,
+    pip_install_argv,
     read_back_build_box,
 )
 from pybox._features.images.lock_plans import (
@@ -173,17 +174,7 @@ def build_lock_image(
         python = box_python(venv_outcome[1])
         _check_python(plan, python, box.say)
         install_argv = [
-            VENV_PYTHON,
-            f"{BUILD_DIR}/{wheel_name}/pip",
-            "install",
-            "--isolated",
-            "--no-input",
-            "--disable-pip-version-check",
-            "--root-user-action=ignore",
-            "--progress-bar=off",
-            "--no-color",
-            *INSTALL_OPTIONS,
-            *pip.install_args(f"{BUILD_DIR}/ca.pem" if cert is not None else None),
+            *pip_install_argv(VENV_PYTHON, wheel_name, INSTALL_OPTIONS, pip, cert is not None),
             "-r",
             f"{BUILD_DIR}/requirements.txt",
         ]

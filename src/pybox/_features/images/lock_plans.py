@@ -60,6 +60,14 @@ def read_lock(path: Path) -> Lock:
     return parse_lock(text, str(path))
 
 
+def read_pip_lock(environ: Mapping[str, str]) -> Lock:
+    """pybox's lock of pip itself: the pip a build box (or an install box) runs."""
+    pip_lock = read_lock(locks_dir(environ) / PIP_LOCK_NAME)
+    if len(pip_lock.requirements) != 1 or pip_lock.requirements[0].key != "pip":
+        raise ConfigError(f"{pip_lock.source} must lock exactly one package: pip.")
+    return pip_lock
+
+
 def shipped_lock(name: str, environ: Mapping[str, str]) -> Path:
     path = locks_dir(environ) / f"{name}.lock"
     if not path.is_file():
@@ -98,9 +106,7 @@ def plan_lock_image(
             "Choose another name for a lock-built image."
         )
     lock = read_lock(lock_path)
-    pip_lock = read_lock(locks_dir(environ) / PIP_LOCK_NAME)
-    if len(pip_lock.requirements) != 1 or pip_lock.requirements[0].key != "pip":
-        raise ConfigError(f"{pip_lock.source} must lock exactly one package: pip.")
+    pip_lock = read_pip_lock(environ)
     base = state.image("stdlib")
     if base is None:
         raise ImageError(

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pybox._features.sandboxes.install import install_libraries
-from pybox._features.store import SandboxRow
-
 from pybox._core.errors import SandboxError
 from pybox._features.sandboxes import fileops
+from pybox._features.sandboxes.install import install_libraries
+from pybox._features.sandboxes.records import PACKAGES_FOLDER
+from pybox._features.store import SandboxRow
 
 if TYPE_CHECKING:
     from pybox._features.sandboxes.service import Sandboxes
@@ -44,12 +44,12 @@ def install_into(
         say=say,
     )
     with sandboxes._attached(row.sandbox_id) as (fresh, box):
-        request = fileops.unpack_request(installed.site_relpath, installed.tar_bytes)
+        request = fileops.unpack_request(PACKAGES_FOLDER, installed.tar_bytes)
         limits = sandboxes._run_limits(box.limits, request)
         outcome = sandboxes._program(
             fresh, box, request, limits, "sandbox.install", None, None, None
         )
-    report = fileops.outcome_report(outcome, installed.site_relpath, "unpack the libraries into")
+    report = fileops.outcome_report(outcome, PACKAGES_FOLDER, "unpack the libraries into")
     if not isinstance(report.get("files"), int):
         raise SandboxError("The sandbox did not say how many library files it unpacked.")
     packages = [

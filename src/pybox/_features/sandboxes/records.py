@@ -16,6 +16,9 @@ RUN_PROGRAM = "_pybox_run.py"
 # cannot ask for other values. Its timeout and output caps are per run.
 BOX_WIDE = ("memory_bytes", "cpus", "pids", "open_files", "writable_bytes")
 LIVE_STATES = ("creating", "ready", "busy")
+# Where installed libraries go in the workspace, put first on every later run's
+# sys.path with PYTHONPATH (the user site would be ignored in a venv image).
+PACKAGES_FOLDER = ".pybox-packages"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ every operation. An unreachable engine is an error and the record is kept.
 
 from __future__ import annotations
 
+import builtins
 import secrets
 import threading
 import time
@@ -18,9 +19,6 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from pybox._core.requirements import parse_libraries
-from pybox._features.store import SandboxRow, Store
 
 from pybox._boxes.box import Box
 from pybox._boxes.cleanup import remove_and_confirm
@@ -36,17 +34,21 @@ from pybox._core.errors import (
 )
 from pybox._core.events import EventSink
 from pybox._core.limits import LimitRequest, Limits, Policy
+from pybox._core.posture import WORK_DIR
 from pybox._core.request import RunRequest, check_request
+from pybox._core.requirements import parse_libraries
 from pybox._features.sandboxes.fileops import SandboxFile
 from pybox._features.sandboxes.locking import sandbox_lock
 from pybox._features.sandboxes.records import (
     BOX_WIDE,
     LIVE_STATES,
+    PACKAGES_FOLDER,
     RUN_PROGRAM,
     SandboxInfo,
     SandboxSettings,
     store_tag,
 )
+from pybox._features.store import SandboxRow, Store
 
 if TYPE_CHECKING:
     from pybox._orchestration.session import Session
@@ -165,7 +167,7 @@ class Sandboxes:
                     raise
         return info_of(self._get(sandbox_id))
 
-    def list(self) -> list[SandboxInfo]:
+    def list(self) -> builtins.list[SandboxInfo]:
         self.sweep()
         return [info_of(row) for row in self.store.list_sandboxes() if row.state in LIVE_STATES]
 
@@ -221,6 +223,8 @@ class Sandboxes:
                 limits,
                 allow_credential_env=self.session.policy.allow_credential_env,
             )
+            if row.libraries:
+                request = with_packages_path(request)
             return self._program(row, box, request, limits, kind, files_dir, cancel, on_event)
 
     def _program(
@@ -377,7 +381,7 @@ class Sandboxes:
         self.store.transition(sandbox_id, "destroyed", reason)
         self.store.audit("sandbox.closed", sandbox_id, {"reason": reason})
 
-    def sweep(self) -> list[str]:
+    def sweep(self) -> builtins.list[str]:
         """Destroy expired sandboxes, close records whose box is gone, remove this
         store's unrecorded sandbox boxes past a grace period (see `sweep`)."""
         from pybox._features.sandboxes.sweep import sweep_sandboxes
@@ -423,6 +427,14 @@ class Sandboxes:
         self._check_id(sandbox_id)
         with self._lock(sandbox_id):
             return self._install(self._get(sandbox_id), wanted, say)
+
+
+def with_packages_path(request: RunRequest) -> RunRequest:
+    """The sandbox's installed libraries first on the program's sys.path."""
+    folder = f"{WORK_DIR}/{PACKAGES_FOLDER}"
+    env = dict(request.env)
+    env["PYTHONPATH"] = folder + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return replace(request, env=tuple(env.items()))
 
 
 def _request_facts(request: RunRequest) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from pybox._core.limits import MIB
 from pybox._core.receipt import Status
 from pybox._core.seccomp import SECCOMP_PREFIX
 from pybox._engine import AttachStream, Engine, EngineEndpoint, JSONObject
+from pybox._engine.interface import ARCHIVE_MAX_BYTES
 from pybox._features.verify.verdict import Verdict
 
 _REMOVE = object()
@@ -315,6 +316,16 @@ class WeakenedCreateEngine:
 
     def put_archive(self, container_id: str, path: str, tar_bytes: bytes) -> None:
         raise _refused("upload archives")
+
+    def get_archive(
+        self,
+        container_id: str,
+        path: str,
+        *,
+        max_bytes: int = ARCHIVE_MAX_BYTES,
+        timeout_s: float = 300.0,
+    ) -> bytes:
+        raise _refused("read archives")
 
     def exec_create(self, container_id: str, argv: list[str], user: str) -> str:
         raise _refused("exec")

@@ -5,7 +5,8 @@ out; 125 when pybox or the engine failed; 130 when stopped; 2 for a rejected
 request. Other commands: 0 on success, 2 for bad input, 125 for failures;
 `pybox verify` exits 1 when a case was not contained. A bare `pybox` (or a
 command group such as `pybox image` without its action) prints its help on
-stderr and exits 2: nothing was done. `--help` lists these codes.
+stderr and exits 2: nothing was done. `pybox audit verify` exits 1 when the
+audit chain is broken. `--help` lists these codes.
 
 Each command group lives in its own module with a `register(commands)`
 function. Other front ends (the MCP server) add their commands through
@@ -109,6 +110,8 @@ COMMAND_GROUPS: tuple[CommandGroup, ...] = (
         "_repair",
         {"repair": "let a model propose fixes; each runs in a fresh box until a goal is met"},
     ),
+    _module_group("_runs", {"runs": "list recorded runs, show one and its receipt"}),
+    _module_group("_audit", {"audit": "show the audit log's last entries, verify its chain"}),
 )
 
 

@@ -54,7 +54,8 @@ exit codes:
                     engine failed; 130 stopped (Ctrl-C, SIGTERM); 2 request rejected
   other commands    0 done; 2 bad input or usage (a bare `pybox` or `pybox image`
                     prints its help and exits 2); 125 pybox or the engine failed;
-                    130 stopped; `pybox verify`: 1 when a case was not contained
+                    130 stopped; `pybox verify`: 1 when a case was not contained;
+                    `pybox audit verify`: 1 when the audit chain is broken
 """
 # Options of `pybox` itself that people also try after the command.
 GLOBAL_OPTIONS = ("--config",)

@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -147,6 +148,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     dispatcher = build_dispatcher(session, options, registry_from_args(session, args, log))
     try:
         _warm_up(session)
+        if options.tool_groups is None or "sandboxes" in options.tool_groups:
+            _sweep_sandboxes(session)
         if args.http is not None:
             limits = http_limits(args, options.max_message_bytes)
             settings, generated = http_settings(
@@ -184,6 +187,26 @@ def _fit_machine(session: Session, options: ServerOptions) -> ServerOptions:
 
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+SANDBOX_SWEEP_EVERY_S = 60.0
+
+
+def _sweep_sandboxes(session: Session) -> None:
+    """Sweep the sandboxes now and every minute, in the background: a server that
+    was killed finds its sandboxes (or destroys the expired ones) when it starts."""
+    import threading
+
+    def sweep_forever() -> None:
+        while True:
+            try:
+                for line in session.sandboxes().sweep():
+                    log(f"sandbox sweep: {line}")
+            except PyboxError as exc:
+                log(f"sandbox sweep skipped ({exc}); it runs again in a minute")
+            time.sleep(SANDBOX_SWEEP_EVERY_S)
+
+    threading.Thread(target=sweep_forever, name="pybox-sandbox-sweep", daemon=True).start()
 
 
 def _warm_up(session: Session) -> None:

@@ -178,6 +178,13 @@ class RunRegistry:
             if on_done is not None:
                 on_done(run)
 
+    def add_finished(self, run: Run) -> None:
+        """Keep a run made elsewhere (a sandbox's), so its resources and get_result
+        answer for it like for any other."""
+        with self._lock:
+            self._runs[run.run_id] = run
+        self._evict_finished(run)
+
     def get(self, run_id: str) -> Run | None:
         with self._lock:
             return self._runs.get(run_id)

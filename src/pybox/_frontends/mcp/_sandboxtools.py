@@ -14,16 +14,29 @@ import base64
 import binascii
 import json
 
-from pybox._core.errors import InvalidRequest
+from pybox._core.boxquote import BoxQuote
+from pybox._core.errors import InvalidRequest, PyboxError, RequestRejected
 from pybox._core.limits import LimitRequest
 from pybox._core.request import PreparedRun, RunRequest
 from pybox._features.sandboxes.records import RUN_PROGRAM, SandboxInfo, persists
-from pybox._frontends.mcp._present import Section, fenced_sections, run_result, user_limits
-from pybox._frontends.mcp._protocol import JSONObject
+from pybox._frontends.mcp._present import (
+    RUN_OUTPUT_SCHEMA,
+    Section,
+    fenced_sections,
+    run_result,
+    user_limits,
+)
+from pybox._frontends.mcp._protocol import ArgumentError, JSONObject
 from pybox._frontends.mcp._runargs import limit_request
 from pybox._frontends.mcp._runs import Run
-from pybox._frontends.mcp._schema import ArgumentError
-from pybox._frontends.mcp._toolbox import CallContext, Hints, Tool, Toolbox, text_result
+from pybox._frontends.mcp._toolbox import (
+    CallContext,
+    Handler,
+    Hints,
+    Tool,
+    Toolbox,
+    text_result,
+)
 
 GROUP = "sandboxes"
 MAX_LIBRARIES = 32
@@ -48,7 +61,7 @@ LIBRARIES: JSONObject = {
 }
 TIMEOUT: JSONObject = {
     "type": "number",
-    "exclusiveMinimum": 0,
+    "minimum": 0.001,
     "maximum": MAX_TIMEOUT_S,
     "description": "Seconds this run may take (at most the sandbox's own timeout limit).",
 }
@@ -83,6 +96,8 @@ def _outcome_result(
     run = Run(PreparedRun(request, info.limits, image, outcome.receipt.run_id), None)
     run.outcome = outcome
     run.done.set()
+    run.live.release()
+    toolbox.registry.add_finished(run)
     result = run_result(run, toolbox.options.reply_bytes)
     structure = result["structuredContent"]
     structure["sandbox_id"] = sandbox_id
@@ -92,6 +107,28 @@ def _outcome_result(
 
 
 # -- handlers -----------------------------------------------------------------------
+
+
+def _guarded(handler: Handler) -> Handler:
+    """A refused or failed operation is an isError result the agent reads, never a
+    protocol error. Words from inside the box (pip's, for one) stay in a fenced
+    section; the rest of the message is pybox's."""
+
+    def guarded(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
+        try:
+            return handler(toolbox, args, ctx)
+        except PyboxError as exc:
+            message = str(exc)
+            quote = getattr(exc, "quote", None)
+            verb = "refused" if isinstance(exc, RequestRejected) else "failed"
+            if isinstance(quote, BoxQuote):
+                own = quote.pointing(message, "(the box's words, below)")
+                lines = [f"{ctx.tool} {verb}: {own}"]
+                lines += fenced_sections([Section("box message", quote.said(message))])
+                return text_result("\n".join(lines), is_error=True)
+            return text_result(f"{ctx.tool} {verb}: {message}", is_error=True)
+
+    return guarded
 
 
 def create_sandbox(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
@@ -253,6 +290,33 @@ def _create_schema(toolbox: Toolbox) -> JSONObject:
     )
 
 
+SANDBOX_RUN_SCHEMA: JSONObject = {
+    **RUN_OUTPUT_SCHEMA,
+    "required": [*RUN_OUTPUT_SCHEMA["required"], "sandbox_id"],
+    "properties": {
+        **RUN_OUTPUT_SCHEMA["properties"],
+        "sandbox_id": {"type": "string"},
+        "installed": {"type": "object", "description": "what libraries installed first"},
+    },
+}
+SANDBOX_SCHEMA: JSONObject = {
+    "type": "object",
+    "required": ["sandbox_id", "state", "limits", "expires_at", "idle_expires_at"],
+    "properties": {
+        "sandbox_id": {"type": "string"},
+        "state": {"type": "string"},
+        "limits": {"type": "object"},
+        "expires_at": {"type": "number", "description": "seconds since the epoch"},
+        "idle_expires_at": {"type": "number", "description": "seconds since the epoch"},
+        "persists": {"type": "object"},
+    },
+}
+
+
+def _object(required: list[str], **properties: JSONObject) -> JSONObject:
+    return {"type": "object", "required": required, "properties": properties}
+
+
 CONTENT = {
     "content": {"type": "string"},
     "encoding": {"type": "string", "enum": ["utf-8", "base64"]},
@@ -269,7 +333,8 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         "not persist.",
         input_schema=_create_schema,
         checks={"limits": limit_request},
-        handler=create_sandbox,
+        handler=_guarded(create_sandbox),
+        output_schema=SANDBOX_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
     Tool(
@@ -294,7 +359,8 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
                 },
             },
         ),
-        handler=run,
+        handler=_guarded(run),
+        output_schema=SANDBOX_RUN_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
     Tool(
@@ -309,14 +375,14 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
                 "sandbox_id": SANDBOX_ID,
                 "argv": {
                     "type": "array",
-                    "minItems": 1,
                     "maxItems": 256,
                     "items": {"type": "string"},
                 },
                 "timeout": TIMEOUT,
             },
         ),
-        handler=exec_tool,
+        handler=_guarded(exec_tool),
+        output_schema=SANDBOX_RUN_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
     Tool(
@@ -325,7 +391,14 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         title="Read a file from a sandbox",
         description="Read a file from a sandbox's workspace (UTF-8 text, or base64 if it is not).",
         input_schema=_schema(["sandbox_id", "path"], {"sandbox_id": SANDBOX_ID, "path": PATH}),
-        handler=read_sandbox_file,
+        handler=_guarded(read_sandbox_file),
+        output_schema=_object(
+            ["path", "size_bytes", "encoding", "content"],
+            path={"type": "string"},
+            size_bytes={"type": "integer"},
+            encoding={"type": "string", "enum": ["utf-8", "base64"]},
+            content={"type": "string"},
+        ),
         hints=Hints(read_only=True, destructive=False, idempotent=True),
     ),
     Tool(
@@ -337,7 +410,10 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         input_schema=_schema(
             ["sandbox_id", "path", "content"], {"sandbox_id": SANDBOX_ID, "path": PATH, **CONTENT}
         ),
-        handler=write_sandbox_file,
+        handler=_guarded(write_sandbox_file),
+        output_schema=_object(
+            ["path", "size_bytes"], path={"type": "string"}, size_bytes={"type": "integer"}
+        ),
         hints=Hints(read_only=False, destructive=True, idempotent=True),
     ),
     Tool(
@@ -347,7 +423,12 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         description="List the files and folders under a path of a sandbox's workspace "
         "(default: all of it). Links are listed, never followed.",
         input_schema=_schema(["sandbox_id"], {"sandbox_id": SANDBOX_ID, "path": PATH}),
-        handler=list_sandbox_files,
+        handler=_guarded(list_sandbox_files),
+        output_schema=_object(
+            ["files", "complete"],
+            files={"type": "array", "items": {"type": "object"}},
+            complete={"type": "boolean"},
+        ),
         hints=Hints(read_only=True, destructive=False, idempotent=True),
     ),
     Tool(
@@ -357,7 +438,13 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         description="Destroy a sandbox: its box is removed and the removal confirmed by the "
         "engine. Safe to call again: an already destroyed sandbox is reported as such.",
         input_schema=_schema(["sandbox_id"], {"sandbox_id": SANDBOX_ID}),
-        handler=destroy_sandbox,
+        handler=_guarded(destroy_sandbox),
+        output_schema=_object(
+            ["sandbox_id", "destroyed", "was_live"],
+            sandbox_id={"type": "string"},
+            destroyed={"type": "boolean"},
+            was_live={"type": "boolean"},
+        ),
         hints=Hints(read_only=False, destructive=True, idempotent=True),
     ),
     Tool(
@@ -366,7 +453,8 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         title="List sandboxes",
         description="List the live sandboxes, with their limits, state and expiry.",
         input_schema=_schema([], {}),
-        handler=list_sandboxes,
+        handler=_guarded(list_sandboxes),
+        output_schema=_object(["sandboxes"], sandboxes={"type": "array", "items": SANDBOX_SCHEMA}),
         hints=Hints(read_only=True, destructive=False, idempotent=True),
     ),
 )

@@ -1,0 +1,69 @@
+"""An agent's loop through the official MCP SDK on the real engine: create a
+sandbox, run code that fails, fix the file it needs, run again, destroy."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+
+from pybox._engine import Engine
+from tests.integration.test_mcp import server_env
+
+
+def test_create_run_fix_run_destroy_over_stdio(state_dir: Path, engine: Engine) -> None:
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "pybox", "mcp"], env=server_env(state_dir)
+    )
+
+    async def main() -> str:
+        async with Client(server) as client:
+            created = await client.call_tool("create_sandbox", {"limits": {"timeout_s": 20}})
+            assert created.is_error is False, created
+            assert created.structured_content is not None
+            sandbox_id = created.structured_content["sandbox_id"]
+            try:
+                assert created.structured_content["limits"]["timeout_s"] == 20
+                failed = await client.call_tool(
+                    "run", {"sandbox_id": sandbox_id, "code": "import helper\nprint(helper.X)"}
+                )
+                assert failed.is_error is True
+                assert failed.structured_content is not None
+                assert failed.structured_content["success"] is False
+                assert "ModuleNotFoundError" in failed.structured_content["stderr"]
+                wrote = await client.call_tool(
+                    "write_sandbox_file",
+                    {"sandbox_id": sandbox_id, "path": "helper.py", "content": "X = 42\n"},
+                )
+                assert wrote.is_error is False, wrote
+                fixed = await client.call_tool(
+                    "run", {"sandbox_id": sandbox_id, "code": "import helper\nprint(helper.X)"}
+                )
+                assert fixed.is_error is False, fixed
+                assert fixed.structured_content is not None
+                assert fixed.structured_content["stdout"] == "42\n"
+                assert fixed.structured_content["sandbox_id"] == sandbox_id
+                receipt = await client.read_resource(fixed.structured_content["resource_uri"])
+                assert fixed.structured_content["run_id"] in str(receipt.contents[0])
+                escaped = await client.call_tool(
+                    "read_sandbox_file", {"sandbox_id": sandbox_id, "path": "../../etc/passwd"}
+                )
+                assert escaped.is_error is True
+                listed = await client.call_tool("list_sandboxes", {})
+                assert listed.structured_content is not None
+                assert sandbox_id in [
+                    s["sandbox_id"] for s in listed.structured_content["sandboxes"]
+                ]
+            finally:
+                destroyed = await client.call_tool("destroy_sandbox", {"sandbox_id": sandbox_id})
+            assert destroyed.is_error is False, destroyed
+            again = await client.call_tool("destroy_sandbox", {"sandbox_id": sandbox_id})
+            assert again.structured_content is not None
+            assert again.structured_content["was_live"] is False
+            return str(sandbox_id)
+
+    sandbox_id = anyio.run(main)
+    assert engine.inspect_container(f"pybox-{sandbox_id}") is None

@@ -1,0 +1,215 @@
+"""Sandboxes on the real engine: files and libraries persist, every run is a fresh
+process under the same seal, paths stay in the workspace, hostile runs leave the
+sandbox usable and clean, and other pybox processes can use and destroy it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pybox._core.errors import InvalidRequest, SandboxNotFound
+from pybox._core.limits import MIB, LimitRequest
+from pybox._core.request import RunRequest
+from pybox._engine import Engine
+from pybox._features.sandboxes.records import RUN_PROGRAM
+from pybox._features.sandboxes.service import Sandboxes
+from pybox._orchestration.session import Session
+
+PROCESSES = "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+
+
+def code(text: str, timeout_s: float | None = None) -> RunRequest:
+    limits = LimitRequest(timeout_s=timeout_s) if timeout_s else LimitRequest()
+    return RunRequest(code=text.encode(), code_name=RUN_PROGRAM, limits=limits)
+
+
+@pytest.fixture
+def sandboxes(session: Session) -> Sandboxes:
+    return session.sandboxes()
+
+
+@pytest.fixture
+def sandbox_id(sandboxes: Sandboxes, engine: Engine) -> Iterator[str]:
+    info = sandboxes.create(limits=LimitRequest(timeout_s=20, memory_bytes=256 * MIB, pids=64))
+    yield info.sandbox_id
+    sandboxes.destroy(info.sandbox_id)
+    assert engine.inspect_container(f"pybox-{info.sandbox_id}") is None
+
+
+def processes(sandboxes: Sandboxes, sandbox_id: str) -> list[int]:
+    outcome = sandboxes.run(sandbox_id, code(PROCESSES))
+    pids: list[int] = json.loads(outcome.stdout)
+    return pids
+
+
+def test_files_persist_and_each_run_is_a_fresh_process(
+    sandboxes: Sandboxes, sandbox_id: str, engine: Engine
+) -> None:
+    first = sandboxes.run(sandbox_id, code("x = 41\nopen('kept.txt', 'w').write('kept')"))
+    assert first.receipt.status.value == "succeeded"
+    second = sandboxes.run(sandbox_id, code("print(open('kept.txt').read(), 'x' in globals())"))
+    assert second.stdout == b"kept False\n"
+    assert first.receipt.run_id != second.receipt.run_id
+    # No interface but lo, from inside and from the engine.
+    inside = sandboxes.exec(sandbox_id, ["ls", "/sys/class/net"])
+    assert inside.stdout.split() == [b"lo"]
+    seen = engine.inspect_container(f"pybox-{sandbox_id}") or {}
+    assert seen["HostConfig"]["NetworkMode"] == "none"
+    assert not (seen.get("NetworkSettings") or {}).get("Networks")
+    # The API's file tools agree with what the program sees.
+    sandboxes.write_file(sandbox_id, "data/in.txt", b"from the caller")
+    assert sandboxes.read_file(sandbox_id, "/pybox/work/kept.txt") == b"kept"
+    files, complete = sandboxes.list_files(sandbox_id)
+    assert complete and {"kept.txt", "data", "data/in.txt"} <= {f.path for f in files}
+    assert sandboxes.get(sandbox_id).runs == 6
+
+
+def test_paths_outside_the_workspace_are_refused_in_every_path_tool(
+    sandboxes: Sandboxes, sandbox_id: str
+) -> None:
+    sandboxes.run(
+        sandbox_id, code("import os; os.symlink('/etc', 'out'); os.symlink('/etc/passwd', 'pw')")
+    )
+    for path in ("../../etc/passwd", "/etc/passwd", "a/../../x", "out/passwd", "pw"):
+        with pytest.raises(InvalidRequest):
+            sandboxes.read_file(sandbox_id, path)
+        with pytest.raises(InvalidRequest):
+            sandboxes.write_file(sandbox_id, path, b"x")
+    for path in ("../..", "/etc", "out"):
+        with pytest.raises(InvalidRequest):
+            sandboxes.list_files(sandbox_id, path)
+    # Nothing was written through the link: /etc is the image's, read-only anyway.
+    listed = {f.path: f.kind for f in sandboxes.list_files(sandbox_id)[0]}
+    assert listed["out"] == "link" and listed["pw"] == "link"
+
+
+def test_a_timeout_an_oom_kill_a_fork_bomb_and_a_daemon_leave_it_usable_and_clean(
+    sandboxes: Sandboxes, sandbox_id: str
+) -> None:
+    alone = processes(sandboxes, sandbox_id)
+    assert alone[0] == 1 and len(alone) == 2  # PID 1 and the program itself
+    timed = sandboxes.run(sandbox_id, code("import time; time.sleep(60)", timeout_s=1))
+    assert timed.receipt.status.value == "timed_out"
+    oom = sandboxes.run(sandbox_id, code("x = bytearray(1 << 30)"))
+    assert oom.receipt.status.value in ("out_of_memory", "failed")
+    bomb = sandboxes.run(
+        sandbox_id,
+        code(
+            "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+            timeout_s=3,
+        ),
+    )
+    assert bomb.receipt.status.value in ("timed_out", "failed")
+    daemon = sandboxes.run(
+        sandbox_id,
+        code(
+            "import os, time\n"
+            "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n"
+            "    os._exit(0)\n"
+            "print('started')"
+        ),
+    )
+    assert daemon.stdout == b"started\n"
+    after = processes(sandboxes, sandbox_id)
+    assert after[0] == 1 and len(after) == 2, after
+    assert sandboxes.run(sandbox_id, code("print('still here')")).stdout == b"still here\n"
+
+
+def test_a_run_cannot_raise_the_sandbox_limits(sandboxes: Sandboxes, sandbox_id: str) -> None:
+    from pybox._core.errors import LimitExceeded
+
+    with pytest.raises(LimitExceeded):
+        sandboxes.run(sandbox_id, code("print(1)", timeout_s=21))
+    with pytest.raises(InvalidRequest):
+        sandboxes.run(
+            sandbox_id,
+            RunRequest(
+                code=b"", code_name=RUN_PROGRAM, limits=LimitRequest(memory_bytes=MIB * 512)
+            ),
+        )
+
+
+def _other_process(state_dir: Path, script: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    prelude = (
+        "import sys\n"
+        "from pybox._orchestration.session import Session\n"
+        "from pybox._core.request import RunRequest\n"
+        "from pybox._features.sandboxes.records import RUN_PROGRAM\n"
+        "sandboxes = Session.open().sandboxes()\n"
+        "sid = sys.argv[1]\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", prelude + script, *env.pop("_ARGS").split()],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def test_another_process_lists_uses_and_destroys_it_even_after_a_killed_controller(
+    sandboxes: Sandboxes, engine: Engine, cli_env: dict[str, str], state_dir: Path
+) -> None:
+    info = sandboxes.create()
+    sid = info.sandbox_id
+    try:
+        sandboxes.write_file(sid, "note.txt", b"made by the first")
+        # A controller killed in the middle of a run.
+        killed = _other_process(
+            state_dir,
+            "sandboxes.run(sid, RunRequest(code=b\"print('long', flush=True)\\nimport time; time.sleep(300)\", code_name=RUN_PROGRAM))\n",
+            {**cli_env, "_ARGS": sid},
+        )
+        deadline = time.monotonic() + 30
+        while sandboxes.store.get_sandbox(sid).state != "busy":  # type: ignore[union-attr]
+            assert time.monotonic() < deadline and killed.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=10)
+        other = _other_process(
+            state_dir,
+            "print([s.sandbox_id for s in sandboxes.list()])\n"
+            "out = sandboxes.run(sid, RunRequest(code=b\"print(open('note.txt').read())\", code_name=RUN_PROGRAM))\n"
+            "print(out.stdout.decode().strip())\n"
+            "print(sandboxes.destroy(sid)[1])\n",
+            {**cli_env, "_ARGS": sid},
+        )
+        out, err = other.communicate(timeout=90)
+        assert other.returncode == 0, err.decode()
+        lines = out.decode().splitlines()
+        assert sid in lines[0] and lines[1] == "made by the first" and lines[2] == "True"
+        assert engine.inspect_container(f"pybox-{sid}") is None
+        with pytest.raises(SandboxNotFound):
+            sandboxes.run(sid, code("print(1)"))
+        assert sandboxes.destroy(sid)[1] is False  # idempotent
+    finally:
+        sandboxes.destroy(sid)
+    verdict = sandboxes.store.verify_audit()
+    assert verdict.ok, verdict
+
+
+def test_libraries_are_installed_by_another_box_and_import_in_the_sandbox(
+    sandboxes: Sandboxes, engine: Engine
+) -> None:
+    info = sandboxes.create(libraries=["six"])
+    try:
+        assert info.libraries == ("six",)
+        outcome = sandboxes.run(
+            info.sandbox_id,
+            code("import six, os; print(six.__name__, os.listdir('/sys/class/net'))"),
+        )
+        assert outcome.stdout == b"six ['lo']\n", outcome.stderr
+        audit = [e for e in sandboxes.store.audit_tail(20) if e.operation == "sandbox.install"]
+        packages = audit[-1].details["packages"]
+        assert packages[0]["name"] == "six" and packages[0]["version"]
+    finally:
+        sandboxes.destroy(info.sandbox_id)
+    assert engine.inspect_container(f"pybox-{info.sandbox_id}") is None
