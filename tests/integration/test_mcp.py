@@ -78,8 +78,8 @@ async def wait_gone(engine: Engine, container_id: str, timeout_s: float = 30.0) 
 async def exercise(client: Client, engine: Engine) -> None:
     """What every client mode must be able to do."""
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    runs = {"run_python", "start_run", "get_result", "get_run", "stop_run"}
-    assert runs <= set(tools) and {"create_sandbox", "run", "destroy_sandbox"} <= set(tools)
+    run_tools = {"run_python", "start_run", "get_result", "get_run", "stop_run"}
+    assert run_tools <= set(tools) and {"create_sandbox", "run", "destroy_sandbox"} <= set(tools)
 
     capabilities = (await client.read_resource("pybox://capabilities")).contents[0]
     assert isinstance(capabilities, TextResourceContents)

@@ -100,6 +100,15 @@ def location_of(version: int, relative: str, root: str = CGROUP_ROOT) -> CgroupL
     )
 
 
+def read_pids_current(location: CgroupLocation) -> int | None:
+    """How many processes the cgroup holds now, as the kernel counts (None: unreadable)."""
+    try:
+        with open(location.files["pids_current"], encoding="ascii") as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def relative_candidates(container_id: str, cgroup_parent: str = "") -> list[str]:
     """Where the engine puts a box's cgroup (cgroupfs and systemd drivers)."""
     return _relative_candidates(container_id, cgroup_parent)

@@ -38,6 +38,10 @@ DRAIN_AFTER_EXIT_S = 15.0
 # Protocol 2: how long the bootstrap has to end a program pybox stopped before
 # pybox ends the whole box instead.
 STOP_GRACE_S = 5.0
+# Protocol 1: a stopped box is killed once its output has been quiet this long
+# (what the bootstrap was still relaying is taken in), or this late at most.
+STOP_QUIET_S = 0.05
+STOP_SETTLE_S = 0.5
 BOOTSTRAP_DIAGNOSTICS_BYTES = 16384
 CANCEL_POLL_S = 0.1
 
@@ -171,7 +175,8 @@ class ProgramRun:
         sampler = box.sampler
         deadline = self.marks["code_sent"] + self.limits.timeout_s
         drain_until: float | None = None
-        stop_until: float | None = None  # protocol 2: a stop was asked for
+        stop_until: float | None = None  # a stop was asked for: kill by then if still running
+        settle_end: float | None = None  # protocol 1's stop: the latest kill, however busy
         next_sample = time.monotonic() + SAMPLE_INTERVAL_S
         data = b""  # first, whatever the box sent after the last program
         ended = False
@@ -189,13 +194,20 @@ class ProgramRun:
                     if self.many:
                         self._stop(stream, deadline_kill=now >= deadline)
                         stop_until = now + STOP_GRACE_S
+                    elif now < deadline:
+                        # A kill loses what the bootstrap has read from the program
+                        # but not yet sent: let it settle first.
+                        self.cancelled = True
+                        settle_end = min(now + STOP_SETTLE_S, deadline)
+                        stop_until = min(now + STOP_QUIET_S, settle_end)
                     else:
                         self._kill(deadline_kill=now >= deadline)
                         drain_until = now + DRAIN_AFTER_KILL_S
             elif drain_until is None and stop_until is not None and self.exit_info is None:
                 if now >= stop_until:
-                    # The bootstrap did not end the program: end the box.
-                    box.broken = "its bootstrap did not stop the program when asked"
+                    if self.many:
+                        # The bootstrap did not end the program: end the box.
+                        box.broken = "its bootstrap did not stop the program when asked"
                     self._kill(deadline_kill=self.deadline_kill)
                     drain_until = now + DRAIN_AFTER_KILL_S
             elif drain_until is not None and now >= drain_until:
@@ -214,6 +226,8 @@ class ProgramRun:
             if chunk is None:
                 continue
             source, data = chunk
+            if settle_end is not None and drain_until is None:
+                stop_until = min(time.monotonic() + STOP_QUIET_S, settle_end)  # not quiet yet
             if source == 0:
                 ended = True
                 break

@@ -791,11 +791,62 @@ def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None):
     return header
 
 
+def clear_outside_workspace():
+    """Protocol 3, between programs: only the workspace persists. Everything else
+    a program could write (the box's other folders, /tmp, /dev/shm) is emptied, so
+    the next program cannot read what an earlier one put outside the workspace.
+    Links are removed, never followed."""
+    for folder in (INPUT, OUTPUT, "/tmp", "/dev/shm"):
+        empty_folder(folder)
+    for name in os.listdir(ROOT):
+        path = os.path.join(ROOT, name)
+        if path not in (WORK, INPUT, OUTPUT):
+            remove_tree(path)
+
+
+def empty_folder(folder):
+    if folder.startswith(ROOT):
+        try:
+            os.chmod(folder, 0o755)  # a program may have made it read-only
+        except OSError:
+            pass
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        remove_tree(os.path.join(folder, name))
+
+
+def remove_tree(path):
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        try:
+            os.chmod(path, 0o700)
+        except OSError:
+            pass
+        empty_folder(path)
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
     """Protocol 3: programs until none comes within `idle_s`, or the lifetime
     (`ends_at`, seconds since the epoch) is over; then the box ends itself."""
     while True:
-        for folder in (WORK, INPUT, OUTPUT):
+        os.makedirs(WORK, exist_ok=True)
+        clear_outside_workspace()
+        for folder in (INPUT, OUTPUT):
             os.makedirs(folder, exist_ok=True)
         os.chdir(WORK)
         link.send_json(K_READY, ready)

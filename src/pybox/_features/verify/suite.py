@@ -50,6 +50,7 @@ from pybox._features.verify.limit_judges import (
     judge_timeout_evasion,
 )
 from pybox._features.verify.posture_case import WEAKENINGS
+from pybox._features.verify.sandbox_case import run_sandbox
 from pybox._features.verify.verdict import CaseResult, SuiteResult, Verdict
 from pybox._orchestration.session import Session
 
@@ -172,6 +173,14 @@ CASES: tuple[Case, ...] = (
         "SIGKILL a `pybox exec` controller while its program runs",
         "its box outlives it; the next run sweeps it (no such container, cgroup gone)",
         run_leftovers,
+    ),
+    Case(
+        "sandbox",
+        "in a persistent sandbox, leave a double-forked daemon and a canary in every writable "
+        "place outside the workspace; look for both in the next run",
+        "the kernel counts 1 process in the box between the runs; the next run sees no other "
+        "process and no byte of the canary; the workspace is kept; the box gone after destroy",
+        run_sandbox,
     ),
     Case(
         "posture",

@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._core.display import plural
 from pybox._core.errors import InvalidRequest, PyboxError
+from pybox._core.events import EventSink, RunEvent, RunStarted
 from pybox._core.limit_surfaces import cli_limit_fields
 from pybox._core.limits import FIELDS_BY_KEY, LimitRequest
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
@@ -96,6 +100,49 @@ def exec_json(outcome: RunOutcome, output_dir: Path | None) -> dict[str, Any]:
     }
 
 
+class StopOnSignal:
+    """Ctrl-C or SIGTERM while the program runs: stop the run through its cancel flag.
+
+    The watch then kills the box and still takes in what the box already sent; a
+    KeyboardInterrupt raised in the middle of the watch would drop output waiting
+    in the connection, or cut a chunk off halfway into the capture. Before the
+    program has its code, and on a second signal, the signal does what it did.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, on_event: EventSink | None) -> None:
+        self.cancel = threading.Event()
+        self._on_event = on_event
+        self._started = False
+        self._previous: dict[int, Any] = {}
+
+    def sink(self, event: RunEvent) -> None:
+        if isinstance(event, RunStarted):
+            self._started = True
+        if self._on_event is not None:
+            self._on_event(event)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._started and not self.cancel.is_set():
+            self.cancel.set()
+            return
+        self._previous[signum](signum, frame)
+
+    def __enter__(self) -> StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                previous = signal.getsignal(signum)
+                if callable(previous):  # an ignored or default (fatal) signal stays so
+                    self._previous[signum] = previous
+                    signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+
 def _json_error(exc: PyboxError) -> str:
     return json_error("pybox_exec_version", EXEC_JSON_VERSION, exc)
 
@@ -121,11 +168,13 @@ def cmd_exec(args: argparse.Namespace) -> int:
     # --json keeps its one record on stdout: no live output beside it.
     live = None if args.json else LiveOutput(prepared.limits.output_bytes)
     try:
-        outcome = session.run(
-            prepared, files_dir=files_dir, on_event=None if live is None else live.sink
-        )
+        with StopOnSignal(None if live is None else live.sink) as stopper:
+            outcome = session.run(
+                prepared, files_dir=files_dir, cancel=stopper.cancel, on_event=stopper.sink
+            )
     except RunInterrupted as stop:
-        # Ctrl-C or SIGTERM: the box is gone; show what the run produced so far.
+        # Ctrl-C or SIGTERM before the program had its code, or twice: the box is
+        # gone; show what the run produced so far.
         outcome, interrupted = stop.outcome, True
     except PyboxError as exc:
         if staging is not None:

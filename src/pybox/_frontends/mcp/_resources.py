@@ -107,6 +107,7 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
             "the oldest runs' files are deleted first (their receipts stay). Read files soon "
             "after the run.",
             "read_max_bytes": toolbox.registry.read_max_bytes,
+            **({"sandboxes": _sandboxes(toolbox)} if "sandboxes" in toolbox.groups else {}),
         },
         "tool_groups": {
             "enabled": list(toolbox.groups),
@@ -123,6 +124,20 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
             "max_message_bytes": toolbox.options.max_message_bytes,
             "max_runs_at_once": toolbox.options.max_running,
         },
+    }
+
+
+def _sandboxes(toolbox: Toolbox) -> JSONObject:
+    """What a sandbox keeps, and the operator's settings it lives by."""
+    from pybox._features.sandboxes.records import persists
+
+    settings = toolbox.session.sandboxes().settings
+    return {
+        **persists(),
+        "limits": "fixed when the sandbox is created, within the ceilings above; a run in it "
+        "may ask for a lower timeout or output cap, never for more",
+        "network": "none, ever: libraries are installed by a separate, short-lived box",
+        **settings.to_dict(),
     }
 
 
