@@ -1,4 +1,5 @@
-"""The Python API: `run_container()`, `stream_container()`, `repair()` and a reusable `Client`."""
+"""The Python API: `run_container()`, `stream_container()`, `repair()`, a reusable `Client`
+and `Sandbox` (a sandbox that keeps its workspace between runs)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from pybox._frontends.api._options import (
     _limit_keywords,
 )
 from pybox._frontends.api._results import OutputFile, RunResult, _result
+from pybox._frontends.api._sandbox import FileListing, Sandbox, SandboxFile, SandboxInfo
 from pybox._orchestration.live import EventPump, EventStream
 from pybox._orchestration.session import Session
 from pybox._orchestration.staging import OutputStaging, check_destination
@@ -38,6 +40,7 @@ from pybox._orchestration.staging import OutputStaging, check_destination
 __all__ = [
     "Client",
     "EventCallback",
+    "FileListing",
     "InputLike",
     "LimitOptions",
     "OutputCallback",
@@ -46,6 +49,9 @@ __all__ = [
     "RunOptions",
     "RunResult",
     "RunStream",
+    "Sandbox",
+    "SandboxFile",
+    "SandboxInfo",
     "StreamOptions",
     "repair",
     "run_container",

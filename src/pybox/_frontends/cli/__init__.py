@@ -97,6 +97,10 @@ COMMAND_GROUPS: tuple[CommandGroup, ...] = (
             "version": "print the version",
         },
     ),
+    _module_group(
+        "_sandbox",
+        {"sandbox": "create, use and destroy sandboxes that keep their files between runs"},
+    ),
     _module_group("_vm", {"vm": "start, stop, check or delete pybox's VM (macOS)"}),
     _module_group(
         "_verify",
