@@ -33,6 +33,7 @@ from mcp.types import TextResourceContents
 
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
 from pybox._engine import Engine
+from pybox._frontends.mcp._tools import TOOLS
 
 INSPECTOR = os.environ.get("PYBOX_TEST_INSPECTOR", "@modelcontextprotocol/inspector@2.12.0")
 TOKEN = "integration-token-" + "x" * 24
@@ -226,12 +227,9 @@ def test_inspector_cli_lists_tools_and_runs_python(state_dir: Path) -> None:
         return json.loads(done.stdout)
 
     listed = inspector("--method", "tools/list")
-    assert {t["name"] for t in listed["tools"]} == {
-        "run_python",
-        "start_run",
-        "get_result",
-        "get_run",
-        "stop_run",
+    assert {t["name"] for t in listed["tools"]} == {tool.name for tool in TOOLS}
+    assert {"run_python", "start_run", "get_result", "get_run", "stop_run", "run"} <= {
+        t["name"] for t in listed["tools"]
     }
     called = inspector(
         "--method", "tools/call", "--tool-name", "run_python", "--tool-arg", "code=print(6*7)"
