@@ -31,6 +31,7 @@ from pybox._frontends.api._options import (
     _inputs,
     _limit_keywords,
 )
+from pybox._frontends.api._experiment import Experiment, Job
 from pybox._frontends.api._results import OutputFile, RunResult, _result
 from pybox._frontends.api._sandbox import FileListing, Sandbox, SandboxFile, SandboxInfo
 from pybox._orchestration.live import EventPump, EventStream
@@ -40,8 +41,10 @@ from pybox._orchestration.staging import OutputStaging, check_destination
 __all__ = [
     "Client",
     "EventCallback",
+    "Experiment",
     "FileListing",
     "InputLike",
+    "Job",
     "LimitOptions",
     "OutputCallback",
     "OutputFile",

@@ -55,6 +55,7 @@ from pybox._frontends.mcp._protocol import (
     result_response,
     version_at_least,
 )
+from pybox._frontends.mcp import _experimentresources as experiment_resources
 from pybox._frontends.mcp._resources import (
     ResourceNotFound,
     read,
@@ -394,10 +395,16 @@ class Dispatcher:
         if method == "resources/list":
             _page_params(params)
             runs = self.toolbox.registry.recent()
-            return {"resources": static_resources() + run_resources(runs)}
+            return {
+                "resources": static_resources()
+                + experiment_resources.listed(self.toolbox)
+                + run_resources(runs)
+            }
         if method == "resources/templates/list":
             _page_params(params)
-            return {"resourceTemplates": templates()}
+            return {
+                "resourceTemplates": templates() + experiment_resources.templates(self.toolbox)
+            }
         if method == "resources/read":
             return self._read(params, version)
         raise RpcError(

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pybox._core.errors import PyboxError
 from pybox._core.limits import LIMIT_FIELDS, LIMIT_SYNONYMS
 from pybox._core.posture import (
     BOX_UID_COUNT,
@@ -34,6 +35,7 @@ from pybox._core.posture import (
     WORK_DIR,
 )
 from pybox._frontends.mcp._live import STREAMS
+from pybox._frontends.mcp import _experimentresources as experiments
 from pybox._frontends.mcp._present import MAX_GET_WAIT_S, run_structure, run_uri, user_limits
 from pybox._frontends.mcp._protocol import INVALID_PARAMS, JSONObject, RpcError
 from pybox._frontends.mcp._runs import Run
@@ -202,6 +204,14 @@ def read(toolbox: Toolbox, uri: str) -> tuple[list[JSONObject], bool]:
     """The contents at `uri`, and whether they can no longer change."""
     if uri == CAPABILITIES_URI:
         return [_text(uri, "application/json", json.dumps(capabilities(toolbox), indent=2))], False
+    if uri == experiments.PREFIX or uri.startswith(experiments.PREFIX + "/"):
+        if not experiments.offered(toolbox):
+            raise ResourceNotFound(f"No resource {uri!r}: the experiments tools are off.")
+        try:
+            text, final = experiments.read(toolbox, uri)
+        except PyboxError as exc:
+            raise ResourceNotFound(f"No resource {uri!r}: {exc}") from None
+        return [_text(uri, "application/json", text)], final
     if not uri.startswith(RUNS_PREFIX):
         raise ResourceNotFound(
             f"No resource {uri!r}. Resources: {CAPABILITIES_URI} and pybox://runs/{{run_id}}."
