@@ -94,7 +94,9 @@ SHARED_TOPS = (
 # Credential folders found anywhere in the path; `.docker` too (its config.json
 # holds registry logins), and `gcloud` under `.config`.
 CREDENTIAL_PARTS = CREDENTIAL_FOLDERS | {".docker"}
-NEXT_STEP_ROOT = "start the server with --project-root DIR (repeatable) naming the folder that holds it"
+NEXT_STEP_ROOT = (
+    "start the server with --project-root DIR (repeatable) naming the folder that holds it"
+)
 
 
 @dataclass(frozen=True)
@@ -141,8 +143,7 @@ def check_project_path(project: object, policy: ProjectPolicy, home: Path) -> Pa
         project = str(home) + project[1:]
     if not os.path.isabs(project):
         raise ProjectRefused(
-            f"The project path {shown} is relative; give the absolute path of the "
-            "project's folder."
+            f"The project path {shown} is relative; give the absolute path of the project's folder."
         )
     try:
         resolved = Path(project).resolve(strict=True)
@@ -156,7 +157,9 @@ def check_project_path(project: object, policy: ProjectPolicy, home: Path) -> Pa
             "an existing folder reachable without link loops."
         ) from None
     if not resolved.is_dir():
-        raise ProjectRefused(f"The project path {shown} is not a folder; give the project's folder.")
+        raise ProjectRefused(
+            f"The project path {shown} is not a folder; give the project's folder."
+        )
     shown_resolved = shown if str(resolved) == project else f"{shown} (resolved: {str(resolved)!r})"
     problem = _refused_place(resolved, home)
     if problem:

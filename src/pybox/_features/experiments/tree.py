@@ -127,7 +127,9 @@ def _problem(item: object) -> str | None:
         return "is a folder with a size, a sha256 or a link target"
     if kind == "link" and (not isinstance(target, str) or not target or not _SHA256.fullmatch(sha)):
         return "is a link without a target or its sha256"
-    if kind == "link" and ("\0" in target or len(target.encode("utf-8", "replace")) > MAX_PATH_BYTES):
+    if kind == "link" and (
+        "\0" in target or len(target.encode("utf-8", "replace")) > MAX_PATH_BYTES
+    ):
         return "is a link with a target that is not a usable path"
     # A file the box could not read (the agent's code made it unreadable) has sha256 "".
     if kind == "file" and (target is not None or (sha and not _SHA256.fullmatch(sha))):
