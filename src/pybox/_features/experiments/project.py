@@ -178,11 +178,6 @@ def check_project_path(project: object, policy: ProjectPolicy, home: Path) -> Pa
 
 
 def _refused_place(path: Path, home: Path) -> str | None:
-    real_home = _real(home)
-    if path == real_home:
-        return "the home folder itself"
-    if path in real_home.parents:
-        return "a folder that holds the home folder"
     for top in SHARED_TOPS:
         if path == Path(top) or path == _real(Path(top)):
             return "the top of a shared system folder" if top != "/" else "the root folder"
@@ -190,6 +185,11 @@ def _refused_place(path: Path, home: Path) -> str | None:
         for place in {Path(tree), _real(Path(tree))}:
             if path == place or place in path.parents:
                 return f"inside a system folder ({tree})"
+    real_home = _real(home)
+    if path == real_home:
+        return "the home folder itself"
+    if path in real_home.parents:
+        return "a folder that holds the home folder"
     parts = path.parts
     for index, part in enumerate(parts):
         if part in CREDENTIAL_PARTS or (part == "gcloud" and parts[index - 1] == ".config"):
