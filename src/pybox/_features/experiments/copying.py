@@ -41,7 +41,7 @@ from typing import BinaryIO
 from pybox._core.errors import ProjectTooBig
 from pybox._features.experiments.project import MIB, ProjectPolicy
 from pybox._features.experiments.secrets import secret_reason
-from pybox._features.experiments.tree import ProjectCopy, Skipped, TreeEntry
+from pybox._features.experiments.tree import ProjectCopy, Skipped, TreeEntry, printable
 from pybox._features.sandboxes.paths import MAX_COMPONENTS, MAX_PATH_BYTES
 
 O_NOATIME = getattr(os, "O_NOATIME", 0)
@@ -141,7 +141,7 @@ class _Walk:
             return _unreadable(exc)
         shown = repr(target[:200])
         if _name_problem(target, ()):
-            return f"link target {_shown_path(target)!r} is not a plain UTF-8 path"
+            return f"link target {printable(target)!r} is not a plain UTF-8 path"
         if target.startswith("/"):
             return f"link leads outside the project ({shown}): absolute targets are not copied"
         lexical = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
@@ -213,7 +213,7 @@ class _Walk:
         self.entries.append(entry)
 
     def skip(self, rel: str, reason: str) -> None:
-        rel = _shown_path(rel)
+        rel = printable(rel)
         if len(self.skipped) >= self.policy.max_files:
             raise ProjectTooBig(
                 f"The project {str(self.root)!r} holds more than {self.policy.max_files} "
@@ -263,12 +263,6 @@ def _name_problem(rel: str, parts: tuple[str, ...]) -> str | None:
     if size > MAX_PATH_BYTES:
         return f"path longer than {MAX_PATH_BYTES} bytes"
     return None
-
-
-def _shown_path(rel: str) -> str:
-    """`rel` printable: undecodable bytes and control characters escaped."""
-    text = os.fsencode(rel).decode("utf-8", "backslashreplace")
-    return "".join(c if ord(c) >= 32 and ord(c) != 127 else f"\\x{ord(c):02x}" for c in text)
 
 
 def _unreadable(exc: OSError) -> str:

@@ -73,6 +73,21 @@ class ProjectCopy:
         }
 
 
+def printable(text: str) -> str:
+    """`text` safe to show on one line: undecodable bytes (surrogate escapes) and
+    control characters escaped as \\xNN (or \\uNNNN)."""
+    shown = []
+    for char in text:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:
+            shown.append(f"\\x{code - 0xDC00:02x}")
+        elif char.isprintable():
+            shown.append(char)
+        else:
+            shown.append(f"\\x{code:02x}" if code < 256 else f"\\u{code:04x}")
+    return "".join(shown)
+
+
 def entries_to_json(entries: tuple[TreeEntry, ...]) -> bytes:
     """The listing in the digest's own format (what `entries_from_json` reads)."""
     return json.dumps([entry.to_dict() for entry in entries], separators=(",", ":")).encode()
