@@ -62,7 +62,7 @@ def test_an_unchanged_tree_and_a_folder_s_mode_are_no_change() -> None:
 
 def test_the_diff_is_git_style_and_counts_lines() -> None:
     changes = diff_trees(*trees())
-    diff = render_diff(changes, lambda p: OLD.get(p), lambda p: {**NEW, "full/x": b""}.get(p))
+    diff = render_diff(changes, OLD.get, {**NEW, "full/x": b""}.get)
     assert diff.text == (
         "diff --git a/a.py b/a.py\n"
         "--- a/a.py\n"
@@ -117,7 +117,7 @@ def test_binary_large_and_missing_contents_are_summarised() -> None:
     diff = render_diff(
         diff_trees(baseline, current),
         lambda p: b"x" if p == "blob" else None,
-        lambda p: contents.get(p),
+        contents.get,
         max_file_bytes=40,
     )
     assert "Binary files a/blob and b/blob differ (1 -> 8 bytes)\n" in diff.text
@@ -147,7 +147,7 @@ def test_control_characters_in_a_path_are_escaped() -> None:
 
 
 def test_entries_round_trip_through_the_digest_format() -> None:
-    baseline, current = trees()
+    _, current = trees()
     assert entries_from_json(entries_to_json(tuple(current)), 100) == tuple(current)
 
 

@@ -59,7 +59,7 @@ def test_a_file_is_not_a_project(home: Path) -> None:
 def test_outside_every_root_is_refused_after_resolving_links(home: Path, tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (home / "src" / "sneaky").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ProjectRefused, match="resolved.*not under an allowed project root"):
+    with pytest.raises(ProjectRefused, match=r"resolved.*not under an allowed project root"):
         check_project_path(str(home / "src" / "sneaky"), policy(home / "src"), home)
 
 
@@ -85,7 +85,7 @@ def test_credential_folders_are_refused_even_under_a_root(place: str, home: Path
 
 @pytest.mark.parametrize("place", ["/", "/etc", "/usr/lib", "/proc/self", "/var", "/tmp"])
 def test_system_folders_are_refused_even_when_allowed(place: str, home: Path) -> None:
-    with pytest.raises(ProjectRefused, match="root folder|system folder"):
+    with pytest.raises(ProjectRefused, match=r"root folder|system folder"):
         check_project_path(place, policy(Path("/")), home)
 
 

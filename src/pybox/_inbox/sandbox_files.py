@@ -335,7 +335,8 @@ def pack(max_bytes):
         if total > max_bytes:
             fail("too_big", "the files hold more than %d bytes; at most %d" % (total, max_bytes))
     with tarfile.open(fileobj=sys.stdout.buffer, mode="w|", format=tarfile.PAX_FORMAT) as out:
-        for path, size in zip(paths, sizes):
+        for index, path in enumerate(paths):
+            size = sizes[index]
             fd = open_file(components(path), os.O_RDONLY)
             os.set_blocking(fd, True)
             chunks = []
