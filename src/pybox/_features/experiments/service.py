@@ -31,7 +31,7 @@ from pybox._features.experiments.events import emit_event
 from pybox._features.experiments.ledger import ExperimentRecord, JobRecord, Ledger
 from pybox._features.experiments.project import ProjectPolicy, check_project_path
 from pybox._features.experiments.states import ExperimentState, can_run
-from pybox._features.experiments.tree import ProjectCopy
+from pybox._features.experiments.tree import ProjectCopy, entries_to_json
 
 if TYPE_CHECKING:
     from pybox._features.sandboxes.service import Sandboxes
@@ -123,7 +123,7 @@ class Experiments:
                 f"most {prepared.limits.input_bytes} bytes of input (input_mib). Skip more "
                 "(build output, data), or ask for a higher input_mib within the ceiling."
             )
-        _write_json(folder / "baseline.json", [entry_dict(e) for e in copy.entries])
+        _write_private(folder / "baseline.json", entries_to_json(copy.entries))
         now = time.time()
         record = ExperimentRecord(
             experiment_id=experiment_id,
@@ -154,7 +154,7 @@ class Experiments:
         except BaseException as exc:
             self._failed_creation(experiment_id, exc)
             raise
-        self._env[experiment_id] = dict(forwarded.values)
+        self._env[experiment_id] = dict(forwarded.pairs())
         done = self.ledger.move(
             experiment_id,
             ExperimentState.READY,
@@ -346,23 +346,10 @@ def copy_summary(copy: ProjectCopy) -> dict[str, Any]:
     }
 
 
-def entry_dict(entry: Any) -> dict[str, Any]:
-    return {
-        "path": entry.path,
-        "kind": entry.kind,
-        "size_bytes": entry.size_bytes,
-        "mode": entry.mode,
-        "sha256": entry.sha256,
-        "link_target": entry.link_target,
-    }
-
-
-def _write_json(path: Path, value: Any) -> None:
-    import json
-
+def _write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(value, out)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
 
 
 def _remove_folder(folder: Path) -> None:

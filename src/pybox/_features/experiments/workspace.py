@@ -78,22 +78,22 @@ def _member(tar_path: Path, name: str, max_bytes: int) -> bytes | None:
         return None if source is None else source.read()
 
 
-def _ours(path: str, skip: frozenset[str]) -> bool:
-    """Whether a path in the box is one pybox does not diff: its own folders, and
-    what the copy skipped by name (caches, build output, secret-shaped files)."""
-    parts = tuple(path.split("/"))
-    if parts[0] in OWN_NAMES or any(part in skip for part in parts):
-        return True
-    return secret_reason(parts, False) is not None
+def _secret(path: str, kind: str) -> bool:
+    """Secret-shaped names are never part of the changes: the copy never had them,
+    and what the box made under such a name is not shown either."""
+    return secret_reason(tuple(path.split("/")), kind == "folder") is not None
 
 
 def current_entries(
     experiments: Experiments, record: ExperimentRecord
 ) -> tuple[TreeEntry, ...]:
     assert record.sandbox_id is not None
+    # What the copy skipped by name (caches, build output) and pybox's own folders
+    # are left out in the box: not hashed, not part of the changes.
+    skip = (*sorted(experiments.policy().skip_names), *sorted(OWN_NAMES))
     outcome = experiments.sandboxes.run(
         record.sandbox_id,
-        fileops.digest_request("", MAX_ENTRIES),
+        fileops.digest_request("", MAX_ENTRIES, skip_names=skip),
         kind="experiment.inspect",
     )
     report = fileops.outcome_report(outcome, ".", "digest")
@@ -102,9 +102,8 @@ def current_entries(
             f"Experiment {record.experiment_id}'s copy holds more than {MAX_ENTRIES} entries; "
             "its changes cannot be listed. Remove generated files first."
         )
-    skip = experiments.policy().skip_names
     return tuple(
-        e for e in entries_from_json(outcome.stdout, MAX_ENTRIES) if not _ours(e.path, skip)
+        e for e in entries_from_json(outcome.stdout, MAX_ENTRIES) if not _secret(e.path, e.kind)
     )
 
 
@@ -117,7 +116,7 @@ def packed(
         return {}
     assert record.sandbox_id is not None
     outcome = experiments.sandboxes.run(
-        record.sandbox_id, fileops.pack_request(list(paths), max_bytes), kind="experiment.pack"
+        record.sandbox_id, fileops.pack_request(tuple(paths), max_bytes), kind="experiment.pack"
     )
     fileops.outcome_report(outcome, ", ".join(paths)[:200], "pack")
     wanted = set(paths)
@@ -213,6 +212,11 @@ def collect_artifacts(
             f"operator allows {experiments.settings.max_artifact_bytes}."
         )
     files = packed(experiments, record, relative, min(budget, limits.output_bytes))
+    missing = [path for path in relative if path not in files]
+    if missing:
+        raise SandboxError(
+            f"The box's archive lacked {', '.join(map(repr, missing[:5]))}; nothing was kept."
+        )
     folder = experiments.experiment_folder(record.experiment_id) / "artifacts"
     folder.mkdir(mode=0o700, exist_ok=True)
     collected = []
