@@ -1,0 +1,1 @@
+"""Experiments: a copy of a project in a sandbox, its commands, tests and changes."""
