@@ -11,13 +11,13 @@ error, never a silently corrupted record.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from types import MappingProxyType
 
 from pybox._core.errors import IllegalTransition
 
 
-class ExperimentState(str, Enum):
+class ExperimentState(StrEnum):
     CREATING = "creating"
     READY = "ready"
     RUNNING = "running"
