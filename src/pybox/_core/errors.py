@@ -119,6 +119,20 @@ class StateError(PyboxError):
     """pybox's state directory cannot be read or written."""
 
 
+class IllegalTransition(StateError):
+    """A record was asked to move to a state its state machine does not allow.
+
+    The record is left as it was; `current`, `requested` and `allowed` say why."""
+
+    def __init__(
+        self, message: str, *, current: str, requested: str, allowed: tuple[str, ...]
+    ) -> None:
+        super().__init__(message)
+        self.current = current
+        self.requested = requested
+        self.allowed = allowed
+
+
 class SandboxError(PyboxError):
     """The box could not be made or kept as promised (posture, protocol).
 
