@@ -35,7 +35,9 @@ def test_a_user_fixes_the_example_from_the_command_line(
     before = snapshot(project)
     refused = cli(["create", str(project)], cli_env)  # no project root allowed
     assert refused["_exit"] != 0 and "project-root" in refused["error"]["message"]
-    created = cli(["create", str(project), "--project-root", str(roots), "--timeout", "60"], cli_env)
+    created = cli(
+        ["create", str(project), "--project-root", str(roots), "--timeout", "60"], cli_env
+    )
     experiment_id = created["experiment_id"]
     try:
         assert {".env", "id_rsa"} <= {s["path"] for s in created["copy"]["skipped"]}

@@ -194,7 +194,7 @@ def test_environment_crosses_only_by_name_and_values_are_never_stored(
     connection = sqlite3.connect(str(database))
     try:
         for table in ("experiments", "experiment_states", "runs", "audit"):
-            for row in connection.execute(f"SELECT * FROM {table}"):  # noqa: S608
+            for row in connection.execute(f"SELECT * FROM {table}"):
                 assert "forwarded-value-7f3a" not in json.dumps(row, default=str)
     finally:
         connection.close()

@@ -60,7 +60,8 @@ def test_agent_tries_three_fixes_over_stdio(
                 failing = await call(client, "run_tests", {"experiment_id": experiment_id})
                 assert failing["tests"]["failed"] + failing["tests"]["errors"] == 3
                 escaped = await client.call_tool(
-                    "read_sandbox_file", {"experiment_id": experiment_id, "path": "../../etc/passwd"}
+                    "read_sandbox_file",
+                    {"experiment_id": experiment_id, "path": "../../etc/passwd"},
                 )
                 assert escaped.is_error is True
                 content = (FIXES / fix / "money.py").read_text()

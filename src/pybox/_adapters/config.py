@@ -29,10 +29,10 @@ from pybox._adapters.state import default_state_dir
 from pybox._core.admission import ADMISSION_KEYS, AdmissionConfig
 from pybox._core.display import noun
 from pybox._core.errors import ConfigError
+from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.repair import REPAIR_FIELDS_BY_KEY, RepairPolicy
-from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.sandbox_settings import SandboxSettings
 
 POOL_ENV = {

@@ -26,13 +26,13 @@ from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._boxes.spec import BoxContext, new_run_id
 from pybox._core.errors import LimitExceeded
 from pybox._core.events import EventSink
+from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
 from pybox._core.request import PreparedRun, RunRequest, check_request
-from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.sandbox_settings import SandboxSettings
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
@@ -48,8 +48,8 @@ from pybox._version import __version__
 if TYPE_CHECKING:
     from pybox._boxes.pool import PoolStats
     from pybox._core.admission import AdmissionConfig
-    from pybox._features.sandboxes.service import Sandboxes
     from pybox._features.experiments.service import Experiments
+    from pybox._features.sandboxes.service import Sandboxes
     from pybox._features.store import Store
 
 

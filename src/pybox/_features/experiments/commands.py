@@ -12,6 +12,7 @@ stays usable. Output kept in the store is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import secrets
@@ -68,7 +69,9 @@ class Jobs:
         if timeout_s is not None and (
             isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0
         ):
-            raise InvalidRequest(f"timeout must be a positive number of seconds, not {timeout_s!r}.")
+            raise InvalidRequest(
+                f"timeout must be a positive number of seconds, not {timeout_s!r}."
+            )
         record = self.experiments.usable(experiment_id, "a command")
         job_id = JOB_PREFIX + secrets.token_hex(6)
         # The move is checked in one transaction: of two commands started at once,
@@ -126,10 +129,9 @@ class Jobs:
     # -- run --------------------------------------------------------------------------
 
     def _run_quietly(self, job: JobRecord, lock: int) -> None:
-        try:
+        # _run records every end in the job itself; a thread has no caller to tell.
+        with contextlib.suppress(Exception):
             self._run(job, lock)
-        except Exception:  # noqa: BLE001 - recorded in the job by _run; a thread has no caller
-            pass
 
     def _run(self, job: JobRecord, lock: int) -> JobRecord:
         experiments = self.experiments

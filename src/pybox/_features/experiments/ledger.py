@@ -182,7 +182,12 @@ class Ledger:
             connection.execute(
                 "UPDATE experiments SET doc = ?, updated_at = ?, "
                 "sandbox_id = COALESCE(?, sandbox_id) WHERE experiment_id = ?",
-                (to_json(merged, "the experiment's record"), time.time(), sandbox_id, experiment_id),
+                (
+                    to_json(merged, "the experiment's record"),
+                    time.time(),
+                    sandbox_id,
+                    experiment_id,
+                ),
             )
 
     def history(self, experiment_id: str) -> builtins.list[dict[str, Any]]:
@@ -253,7 +258,9 @@ class Ledger:
         with self._database.write(f"cancel job {job_id}") as connection:
             current = self._job_in(connection, job_id)
             if not current.finished:
-                connection.execute("UPDATE jobs SET cancel_requested = 1 WHERE job_id = ?", (job_id,))
+                connection.execute(
+                    "UPDATE jobs SET cancel_requested = 1 WHERE job_id = ?", (job_id,)
+                )
         return current
 
     # -- artifacts --------------------------------------------------------------------
@@ -289,8 +296,11 @@ class Ledger:
 
 
 def _experiment(row: tuple[Any, ...]) -> ExperimentRecord:
-    *values, doc = row
-    return ExperimentRecord(*values, from_json(doc, f"Experiment {values[0]}'s record"))
+    experiment_id, owner, sandbox_id, project, state, reason, created_at, updated_at, doc = row
+    return ExperimentRecord(
+        experiment_id, owner, sandbox_id, project, state, reason, created_at, updated_at,
+        from_json(doc, f"Experiment {experiment_id}'s record"),
+    )  # fmt: skip
 
 
 def _job(row: tuple[Any, ...]) -> JobRecord:

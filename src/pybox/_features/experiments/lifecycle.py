@@ -11,7 +11,7 @@ from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._features.experiments.compare import ExperimentOutcome, compare
 from pybox._features.experiments.ledger import ExperimentRecord, JobRecord
 from pybox._features.experiments.states import ExperimentState
-from pybox._features.experiments.testing import TestSummary
+from pybox._features.experiments.testing.summary import TestSummary
 
 if TYPE_CHECKING:
     from pybox._features.experiments.service import Experiments
@@ -127,7 +127,7 @@ def destroy(experiments: Experiments, experiment_id: object) -> tuple[dict[str, 
 def outcome_of(experiments: Experiments, record: ExperimentRecord) -> ExperimentOutcome:
     doc = dict(record.doc)
     tests = doc.get("tests")
-    summary = TestSummary.from_dict(tests) if isinstance(tests, dict) else None
+    summary = _summary(tests) if isinstance(tests, dict) else None
     changes = doc.get("changes") or {}
     test_job = experiments.ledger.get_job(tests["job_id"]) if isinstance(tests, dict) else None
     last = experiments.ledger.get_job(doc["last_job"]) if doc.get("last_job") else None
@@ -141,6 +141,22 @@ def outcome_of(experiments: Experiments, record: ExperimentRecord) -> Experiment
         lines_changed=int(changes.get("lines_added", 0) + changes.get("lines_removed", 0)),
         duration_s=None if test_job is None else test_job.doc.get("duration_s"),
         state=record.state,
+    )
+
+
+def _summary(recorded: dict[str, Any]) -> TestSummary:
+    """A test run's summary as the store keeps it (pybox's own record)."""
+    return TestSummary(
+        runner=str(recorded.get("runner", "")),
+        parsed=bool(recorded.get("parsed")),
+        passed=int(recorded.get("passed", 0)),
+        failed=int(recorded.get("failed", 0)),
+        skipped=int(recorded.get("skipped", 0)),
+        errors=int(recorded.get("errors", 0)),
+        failing=tuple(recorded.get("failing", ())),
+        failing_truncated=bool(recorded.get("failing_truncated")),
+        exit_code=recorded.get("exit_code"),
+        note=str(recorded.get("note", "")),
     )
 
 
@@ -158,9 +174,10 @@ def compare_experiments(experiments: Experiments, experiment_ids: object) -> dic
     outcomes = []
     for experiment_id in experiment_ids:
         record = experiments.get(experiment_id)
-        if record.state != ExperimentState.DESTROYED.value and experiments.jobs.running(
-            record.experiment_id
-        ) is None:
+        if (
+            record.state != ExperimentState.DESTROYED.value
+            and experiments.jobs.running(record.experiment_id) is None
+        ):
             from pybox._features.experiments.workspace import inspect_changes
 
             inspect_changes(experiments, record.experiment_id)

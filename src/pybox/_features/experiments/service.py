@@ -189,10 +189,13 @@ class Experiments:
         """The experiment (destroyed ones too). One whose sandbox has gone (expired,
         swept) is recorded as destroyed, with that reason."""
         record = self._get(experiment_id)
-        if record.state != ExperimentState.DESTROYED.value and record.sandbox_id is not None:
-            if self.state_of_sandbox(record.sandbox_id) == "destroyed":
-                why = "its sandbox was destroyed (expired, or its box was gone)"
-                record = self.ledger.move(record.experiment_id, ExperimentState.DESTROYED, why)
+        if (
+            record.state != ExperimentState.DESTROYED.value
+            and record.sandbox_id is not None
+            and self.state_of_sandbox(record.sandbox_id) == "destroyed"
+        ):
+            why = "its sandbox was destroyed (expired, or its box was gone)"
+            record = self.ledger.move(record.experiment_id, ExperimentState.DESTROYED, why)
         return record
 
     def list(self, *, include_destroyed: bool = False) -> builtins.list[ExperimentRecord]:
@@ -214,12 +217,15 @@ class Experiments:
             )
         if not can_run(ExperimentState(record.state)):
             running = self.jobs.running(record.experiment_id)
-            which = f"job {running.job_id} ({' '.join(running.doc.get('argv', []))[:80]})"
+            which = (
+                ""
+                if running is None
+                else f": job {running.job_id} ({' '.join(running.doc.get('argv', []))[:80]})"
+            )
             from pybox._core.errors import SandboxBusy
 
             raise SandboxBusy(
-                f"Experiment {record.experiment_id} is {record.state}"
-                + (f": {which}" if running else "")
+                f"Experiment {record.experiment_id} is {record.state}{which}"
                 + f"; {operation} waits for it. Poll get_job_status, or cancel_job first."
             )
         return record
@@ -277,7 +283,9 @@ class Experiments:
 
         return workspace.inspect_changes(self, experiment_id)
 
-    def collect_artifacts(self, experiment_id: object, paths: object) -> list[dict[str, Any]]:
+    def collect_artifacts(
+        self, experiment_id: object, paths: object
+    ) -> builtins.list[dict[str, Any]]:
         from pybox._features.experiments import workspace
 
         return workspace.collect_artifacts(self, experiment_id, paths)

@@ -84,9 +84,7 @@ def _secret(path: str, kind: str) -> bool:
     return secret_reason(tuple(path.split("/")), kind == "folder") is not None
 
 
-def current_entries(
-    experiments: Experiments, record: ExperimentRecord
-) -> tuple[TreeEntry, ...]:
+def current_entries(experiments: Experiments, record: ExperimentRecord) -> tuple[TreeEntry, ...]:
     assert record.sandbox_id is not None
     # What the copy skipped by name (caches, build output) and pybox's own folders
     # are left out in the box: not hashed, not part of the changes.
@@ -165,7 +163,9 @@ def _changes(experiments: Experiments, record: ExperimentRecord) -> dict[str, An
     baseline = baseline_entries(experiments, record.experiment_id)
     changes = diff_trees(baseline, current_entries(experiments, record))
     limits = experiments.sandboxes.get(record.sandbox_id or "").limits
-    new_files = [c.path for c in (*changes.created, *changes.modified) if c.new and c.new.kind == "file"]
+    new_files = [
+        c.path for c in (*changes.created, *changes.modified) if c.new and c.new.kind == "file"
+    ]
     contents = packed(experiments, record, new_files, limits.output_bytes)
     _, read_old = baseline_reader(experiments, record.experiment_id, limits.output_bytes)
     rendered = render_diff(changes, read_old, contents.get, max_bytes=DIFF_BYTES)

@@ -17,6 +17,7 @@ from pybox._core.limit_surfaces import limit_request_from_keywords
 from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import PreparedRun, RunRequest
 from pybox._features.repair.loop import RepairJob, RepairLoop
+from pybox._frontends.api._experiment import Experiment, Job
 from pybox._frontends.api._options import (
     EventCallback,
     GoalLike,
@@ -31,7 +32,6 @@ from pybox._frontends.api._options import (
     _inputs,
     _limit_keywords,
 )
-from pybox._frontends.api._experiment import Experiment, Job
 from pybox._frontends.api._results import OutputFile, RunResult, _result
 from pybox._frontends.api._sandbox import FileListing, Sandbox, SandboxFile, SandboxInfo
 from pybox._orchestration.live import EventPump, EventStream

@@ -162,7 +162,7 @@ def _start_worker(args: argparse.Namespace, action: list[str], argv: list[str]) 
     if args.config:
         command += ["--config", args.config]
     command += ["experiment", *action, WORKER_FLAG, "--", *argv]
-    worker = subprocess.Popen(  # noqa: S603 - an argument list of pybox's own
+    worker = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -178,7 +178,9 @@ def _start_worker(args: argparse.Namespace, action: list[str], argv: list[str]) 
             f"The background job did not start (the worker ended with {code}); run it without "
             "--background to see why."
         )
-    return _emit(args, {"job_id": line, "state": "running"}, f"job {line} started in the background")
+    return _emit(
+        args, {"job_id": line, "state": "running"}, f"job {line} started in the background"
+    )
 
 
 def cmd_job(args: argparse.Namespace) -> int:
@@ -216,7 +218,11 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def cmd_write(args: argparse.Namespace) -> int:
-    data = sys.stdin.buffer.read() if args.source == "-" else read_file(args.source)
+    data = (
+        sys.stdin.buffer.read()
+        if args.source == "-"
+        else read_file(args.source, "the file to write")
+    )
     written = _experiments(args).write_file(args.experiment_id, args.path, data)
     return _emit(args, written, f"wrote {written['size_bytes']} bytes to {args.path}")
 
@@ -260,8 +266,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     checked = _experiments(args).runtime_check()
     engine = checked["engine"]
-    text = f"engine: {'reachable, ' + str(engine.get('version')) if engine['reachable'] else 'NOT reachable'}"
-    return _emit(args, checked, text + f"\nproject roots: {', '.join(checked['project_roots']) or 'none'}")
+    reach = f"reachable, {engine.get('version')}" if engine["reachable"] else "NOT reachable"
+    text = f"engine: {reach}"
+    return _emit(
+        args, checked, text + f"\nproject roots: {', '.join(checked['project_roots']) or 'none'}"
+    )
 
 
 # -- the parser -------------------------------------------------------------------------

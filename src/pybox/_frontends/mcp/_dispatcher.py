@@ -26,6 +26,7 @@ from typing import Any
 
 from pybox._core.display import escape_lines
 from pybox._core.errors import PyboxError
+from pybox._frontends.mcp import _experimentresources as experiment_resources
 from pybox._frontends.mcp._protocol import (
     ALL_VERSIONS,
     ARGUMENT_ERRORS_AS_RESULTS_SINCE,
@@ -55,7 +56,6 @@ from pybox._frontends.mcp._protocol import (
     result_response,
     version_at_least,
 )
-from pybox._frontends.mcp import _experimentresources as experiment_resources
 from pybox._frontends.mcp._resources import (
     ResourceNotFound,
     read,
@@ -402,9 +402,7 @@ class Dispatcher:
             }
         if method == "resources/templates/list":
             _page_params(params)
-            return {
-                "resourceTemplates": templates() + experiment_resources.templates(self.toolbox)
-            }
+            return {"resourceTemplates": templates() + experiment_resources.templates(self.toolbox)}
         if method == "resources/read":
             return self._read(params, version)
         raise RpcError(

@@ -104,9 +104,15 @@ JOB_SCHEMA = _object(
 
 
 def _tool(
-    name: str, title: str, description: str, schema: object, handler: object, hints: Hints,
-    output: JSONObject | None = None, **extra: object,
-) -> Tool:  # fmt: skip
+    name: str,
+    title: str,
+    description: str,
+    schema: object,
+    handler: object,
+    hints: Hints,
+    output: JSONObject | None = None,
+    **extra: object,
+) -> Tool:
     return Tool(
         name=name,
         group=GROUP,
@@ -141,9 +147,13 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "background is true. Returns a job with exit_code and output.",
         _schema(
             ["experiment_id", "argv"],
-            {"experiment_id": EXPERIMENT_ID, "argv": ARGV, "timeout": TIMEOUT,
-             "background": BACKGROUND},
-        ),  # fmt: skip
+            {
+                "experiment_id": EXPERIMENT_ID,
+                "argv": ARGV,
+                "timeout": TIMEOUT,
+                "background": BACKGROUND,
+            },
+        ),
         tools.execute_experiment,
         CHANGES,
         JOB_SCHEMA,
@@ -179,9 +189,11 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "so they outlive the experiment.",
         _schema(
             ["experiment_id", "paths"],
-            {"experiment_id": EXPERIMENT_ID,
-             "paths": {"type": "array", "minItems": 1, "maxItems": 64, "items": PATH}},
-        ),  # fmt: skip
+            {
+                "experiment_id": EXPERIMENT_ID,
+                "paths": {"type": "array", "minItems": 1, "maxItems": 64, "items": PATH},
+            },
+        ),
         tools.collect_artifacts,
         Hints(read_only=False, destructive=False, idempotent=True),
     ),
@@ -218,7 +230,10 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "for a running job to end.",
         _schema(
             ["job_id"],
-            {"job_id": JOB_ID, "wait": {"type": "number", "minimum": 0, "maximum": tools.MAX_WAIT_S}},
+            {
+                "job_id": JOB_ID,
+                "wait": {"type": "number", "minimum": 0, "maximum": tools.MAX_WAIT_S},
+            },
         ),
         tools.get_job_result,
         READ_ONLY,
@@ -250,9 +265,15 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "duration, and recommend one, or say they are indistinguishable, with reasons.",
         _schema(
             ["experiment_ids"],
-            {"experiment_ids": {"type": "array", "minItems": 2, "maxItems": 10,
-                                "items": EXPERIMENT_ID}},
-        ),  # fmt: skip
+            {
+                "experiment_ids": {
+                    "type": "array",
+                    "minItems": 2,
+                    "maxItems": 10,
+                    "items": EXPERIMENT_ID,
+                }
+            },
+        ),
         tools.compare_experiments,
         READ_ONLY,
     ),

@@ -239,8 +239,8 @@ def check_sandbox_runtime(toolbox: Toolbox, args: JSONObject, ctx: CallContext) 
 
 # The declarations are in _experimentdecl (one module per concern).
 __all__ = [
-    "check_sandbox_runtime",
     "cancel_job",
+    "check_sandbox_runtime",
     "collect_artifacts",
     "compare_experiments",
     "create_experiment",

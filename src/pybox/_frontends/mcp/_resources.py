@@ -34,8 +34,8 @@ from pybox._core.posture import (
     TMP_DIR,
     WORK_DIR,
 )
-from pybox._frontends.mcp._live import STREAMS
 from pybox._frontends.mcp import _experimentresources as experiments
+from pybox._frontends.mcp._live import STREAMS
 from pybox._frontends.mcp._present import MAX_GET_WAIT_S, run_structure, run_uri, user_limits
 from pybox._frontends.mcp._protocol import INVALID_PARAMS, JSONObject, RpcError
 from pybox._frontends.mcp._runs import Run
