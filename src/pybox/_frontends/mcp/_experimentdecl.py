@@ -25,7 +25,6 @@ JOB_ID: JSONObject = {
 }
 ARGV: JSONObject = {
     "type": "array",
-    "minItems": 1,
     "maxItems": 256,
     "items": {"type": "string"},
     "description": "The command as an argument list, run in the copy's folder; never a shell "
@@ -90,6 +89,33 @@ EXPERIMENT_SCHEMA = _object(
     project={"type": "string"},
     state={"type": "string"},
     copy={"type": "object"},
+)
+CHANGES_SCHEMA = _object(
+    ["experiment_id", "available"],
+    experiment_id={"type": "string"},
+    available={"type": "boolean"},
+    stats={"type": "object"},
+    diff={"type": "string"},
+)
+ARTIFACTS_SCHEMA = _object(
+    ["experiment_id", "artifacts"],
+    experiment_id={"type": "string"},
+    artifacts={"type": "array", "items": {"type": "object"}},
+)
+LIST_SCHEMA = _object(["experiments"], experiments={"type": "array", "items": EXPERIMENT_SCHEMA})
+COMPARISON_SCHEMA = _object(
+    ["ranking", "recommended", "indistinguishable", "reasons"],
+    ranking={"type": "array", "items": {"type": "object"}},
+    recommended={"type": ["string", "null"]},
+    indistinguishable={"type": "boolean"},
+    reasons={"type": "array", "items": {"type": "string"}},
+)
+RUNTIME_SCHEMA = _object(
+    ["engine", "environments", "network", "project_roots"],
+    engine={"type": "object"},
+    environments={"type": "array", "items": {"type": "string"}},
+    network={"type": "string"},
+    project_roots={"type": "array", "items": {"type": "string"}},
 )
 JOB_SCHEMA = _object(
     ["job_id", "experiment_id", "kind", "state", "argv"],
@@ -181,6 +207,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         _schema(["experiment_id"], {"experiment_id": EXPERIMENT_ID}),
         tools.inspect_changes,
         READ_ONLY,
+        CHANGES_SCHEMA,
     ),
     _tool(
         "collect_artifacts",
@@ -191,11 +218,12 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
             ["experiment_id", "paths"],
             {
                 "experiment_id": EXPERIMENT_ID,
-                "paths": {"type": "array", "minItems": 1, "maxItems": 64, "items": PATH},
+                "paths": {"type": "array", "maxItems": 64, "items": PATH},
             },
         ),
         tools.collect_artifacts,
         Hints(read_only=False, destructive=False, idempotent=True),
+        ARTIFACTS_SCHEMA,
     ),
     _tool(
         "get_experiment",
@@ -213,6 +241,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         _schema([], {"include_destroyed": {"type": "boolean"}}),
         tools.list_experiments,
         READ_ONLY,
+        LIST_SCHEMA,
     ),
     _tool(
         "get_job_status",
@@ -268,7 +297,6 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
             {
                 "experiment_ids": {
                     "type": "array",
-                    "minItems": 2,
                     "maxItems": 10,
                     "items": EXPERIMENT_ID,
                 }
@@ -276,6 +304,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         ),
         tools.compare_experiments,
         READ_ONLY,
+        COMPARISON_SCHEMA,
     ),
     _tool(
         "check_sandbox_runtime",
@@ -285,5 +314,6 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         _schema([], {}),
         tools.check_sandbox_runtime,
         READ_ONLY,
+        RUNTIME_SCHEMA,
     ),
 )
