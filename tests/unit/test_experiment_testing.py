@@ -18,37 +18,42 @@ INDEX: dict[str, Any] = json.loads((DATA / "index.json").read_text())["cases"]
 
 U = "tests.test_b.TestB."
 P = "tests/test_m.py::"
+Expected = tuple[str, int, int, int, int, tuple[str, ...], str]
+# The same project, -v or not: the same summary.
+UNITTEST_MIXED: Expected = (
+    "unittest",
+    2,
+    3,
+    3,  # 2 skipped + 1 expected failure
+    1,
+    (
+        U + "test_boom",
+        U + "test_also_wrong",
+        U + "test_wrong",
+        "tests.test_b.TestC.test_c_wrong",
+    ),
+    "",
+)
+PYTEST_MIXED: Expected = (
+    "pytest",
+    3,  # 2 passed + 1 xpassed
+    4,
+    2,  # 1 skipped + 1 xfailed
+    1,
+    (
+        P + "test_bad",
+        P + "test_param[a b]",
+        P + "test_param[c - d]",
+        P + "TestK::test_method_bad",
+        P + "test_uses_broken",
+    ),
+    "",
+)
 # case: (runner, passed, failed, skipped, errors, failing names, a word of the note)
-EXPECTED: dict[str, tuple[str, int, int, int, int, tuple[str, ...], str]] = {
+EXPECTED: dict[str, Expected] = {
     "unittest_pass": ("unittest", 3, 0, 0, 0, (), ""),
-    "unittest_mixed": (
-        "unittest",
-        2,
-        3,
-        3,  # 2 skipped + 1 expected failure
-        1,
-        (
-            U + "test_boom",
-            U + "test_also_wrong",
-            U + "test_wrong",
-            "tests.test_b.TestC.test_c_wrong",
-        ),
-        "",
-    ),
-    "unittestq_mixed": (
-        "unittest",
-        2,
-        3,
-        3,
-        1,
-        (
-            U + "test_boom",
-            U + "test_also_wrong",
-            U + "test_wrong",
-            "tests.test_b.TestC.test_c_wrong",
-        ),
-        "",
-    ),
+    "unittest_mixed": UNITTEST_MIXED,
+    "unittestq_mixed": UNITTEST_MIXED,
     "unittestq_pass": ("unittest", 3, 0, 0, 0, (), ""),
     "unittest_skips": ("unittest", 1, 0, 1, 0, (), ""),
     "unittest_importerr": ("unittest", 1, 0, 0, 1, ("tests.test_i",), ""),
@@ -77,36 +82,8 @@ EXPECTED: dict[str, tuple[str, int, int, int, int, tuple[str, ...], str]] = {
         "",
     ),
     "pytest_pass": ("pytest", 2, 0, 0, 0, (), ""),
-    "pytest_mixed": (
-        "pytest",
-        3,  # 2 passed + 1 xpassed
-        4,
-        2,  # 1 skipped + 1 xfailed
-        1,
-        (
-            P + "test_bad",
-            P + "test_param[a b]",
-            P + "test_param[c - d]",
-            P + "TestK::test_method_bad",
-            P + "test_uses_broken",
-        ),
-        "",
-    ),
-    "pytest_q_mixed": (
-        "pytest",
-        3,
-        4,
-        2,
-        1,
-        (
-            P + "test_bad",
-            P + "test_param[a b]",
-            P + "test_param[c - d]",
-            P + "TestK::test_method_bad",
-            P + "test_uses_broken",
-        ),
-        "",
-    ),
+    "pytest_mixed": PYTEST_MIXED,
+    "pytest_q_mixed": PYTEST_MIXED,
     "pytest_collect": ("pytest", 0, 0, 0, 1, ("tests/test_c.py",), "interrupted"),
     "pytest_none": ("pytest", 0, 0, 0, 0, (), "no tests"),
     "pytest_unittest_mixed": (
