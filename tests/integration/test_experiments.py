@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,26 +33,43 @@ LIMITS = LimitRequest(timeout_s=60, memory_bytes=256 * MIB, pids=64)
 
 
 def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
-    """Every entry under `root`: content hash, mode, size and all three timestamps
-    (atime too: the copy must not even read in a way that moves it)."""
+    """Every entry under `root`: content hash, mode, size and its timestamps, atime
+    too (the copy must not even read in a way that moves it). Read with O_NOATIME
+    itself, folders included, so that looking does not change what is looked at."""
     found: dict[str, tuple[object, ...]] = {}
-    for folder, names, files in os.walk(root, followlinks=False):
-        for name in [*names, *files]:
-            path = Path(folder, name)
-            info = path.lstat()
-            digest = ""
-            if path.is_file() and not path.is_symlink():
-                fd = os.open(path, os.O_RDONLY | os.O_NOATIME)
+
+    def walk(folder_fd: int, prefix: str) -> None:
+        for entry in sorted(os.scandir(folder_fd), key=lambda e: e.name):
+            info = entry.stat(follow_symlinks=False)
+            rel = prefix + entry.name
+            digest, target, atime = "", None, info.st_atime_ns
+            if stat.S_ISLNK(info.st_mode):
+                target = os.readlink(entry.name, dir_fd=folder_fd)
+                atime = None  # a link's own atime may move when it is read (docs)
+            elif stat.S_ISREG(info.st_mode):
+                fd = os.open(entry.name, os.O_RDONLY | os.O_NOATIME, dir_fd=folder_fd)
                 try:
                     digest = hashlib.sha256(os.read(fd, info.st_size + 1)).hexdigest()
                 finally:
                     os.close(fd)
-            # A link's own atime may move when its target is read (docs/experiments.md).
-            atime = None if path.is_symlink() else info.st_atime_ns
-            found[str(path.relative_to(root))] = (
-                digest, info.st_mode, info.st_size, info.st_mtime_ns, atime,
-                info.st_ctime_ns, os.readlink(path) if path.is_symlink() else None,
+            elif stat.S_ISDIR(info.st_mode):
+                inner = os.open(
+                    entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOATIME, dir_fd=folder_fd
+                )
+                try:
+                    walk(inner, rel + "/")
+                finally:
+                    os.close(inner)
+            found[rel] = (
+                digest, info.st_mode, info.st_size, info.st_mtime_ns, atime, info.st_ctime_ns,
+                target,
             )  # fmt: skip
+
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOATIME)
+    try:
+        walk(top, "")
+    finally:
+        os.close(top)
     return found
 
 

@@ -114,10 +114,20 @@ def test_non_json_values_become_strings() -> None:
 
 
 def test_stdout_is_refused() -> None:
-    for stream in (sys.stdout, sys.__stdout__):
+    fd_one = open(1, "w", closefd=False)  # noqa: SIM115 - fd 1 by number, not closed
+    for stream in (sys.__stdout__, fd_one):
         assert stream is not None
         with pytest.raises(InvalidRequest, match="never stdout"):
             emit_event(stream, "x", experiment_id=None, job_id=None, status="ok", duration_s=None)
+
+
+def test_stderr_is_taken_while_the_stdio_server_points_sys_stdout_at_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", err)  # what claim_stdio does (sys.stdout = sys.stderr)
+    emit_event(err, "x", experiment_id=None, job_id=None, status="ok", duration_s=None)
+    assert json.loads(err.getvalue())["operation"] == "x"
 
 
 def test_fixed_fields_cannot_be_overridden() -> None:

@@ -93,7 +93,9 @@ def emit_event(
 
 
 def _is_stdout(stream: TextIO) -> bool:
-    if stream is sys.stdout or stream is sys.__stdout__:
+    # Not `sys.stdout`: the MCP stdio server points it at stderr while it owns fd 1's
+    # protocol stream; what must never be written to is the process's real stdout.
+    if stream is sys.__stdout__:
         return True
     try:
         return stream.fileno() == 1

@@ -13,6 +13,7 @@ program. The user's files are only ever read. Commands and tests are jobs
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import secrets
 import sys
@@ -333,6 +334,21 @@ class Experiments:
     ) -> None:
         if self.events is None:
             return
+        # An event that cannot be written never fails the operation it reports.
+        with contextlib.suppress(PyboxError):
+            self._emit(operation, record, status=status, started=started, job=job, **fields)
+
+    def _emit(
+        self,
+        operation: str,
+        record: ExperimentRecord | None,
+        *,
+        status: str,
+        started: float | None,
+        job: JobRecord | None,
+        **fields: Any,
+    ) -> None:
+        assert self.events is not None
         emit_event(
             self.events,
             operation,
