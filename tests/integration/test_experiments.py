@@ -42,7 +42,8 @@ def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
         for entry in sorted(os.scandir(folder_fd), key=lambda e: e.name):
             info = entry.stat(follow_symlinks=False)
             rel = prefix + entry.name
-            digest, target, atime = "", None, info.st_atime_ns
+            digest, target = "", None
+            atime: int | None = info.st_atime_ns
             if stat.S_ISLNK(info.st_mode):
                 target = os.readlink(entry.name, dir_fd=folder_fd)
                 atime = None  # a link's own atime may move when it is read (docs)

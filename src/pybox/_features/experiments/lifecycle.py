@@ -3,7 +3,6 @@ comparing experiments (docs/experiments.md)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +95,6 @@ def destroy(experiments: Experiments, experiment_id: object) -> tuple[dict[str, 
     recorded, the sandbox is destroyed (the engine confirms the box gone), and
     only then is the experiment `destroyed`. Idempotent: an experiment destroyed
     before returns its final report. Returns (report, was_live)."""
-    started = time.monotonic()
     record = experiments.get(experiment_id)
     if record.state == ExperimentState.DESTROYED.value:
         return report(experiments, record), False
@@ -120,7 +118,6 @@ def destroy(experiments: Experiments, experiment_id: object) -> tuple[dict[str, 
         doc=note,
     )
     experiments.sandboxes.store.audit("experiment.destroy", record.experiment_id, {})
-    experiments.event("destroy", done, status="destroyed", started=started)
     return report(experiments, done), True
 
 

@@ -26,6 +26,7 @@ from pybox._core.errors import InvalidRequest, PyboxError, RequestRejected, Sand
 from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.limits import LimitRequest
 from pybox._core.request import RunRequest
+from pybox._features.experiments.contract import ExperimentOperations
 from pybox._features.experiments.copying import pack_project
 from pybox._features.experiments.env_policy import resolve_env
 from pybox._features.experiments.events import emit_event
@@ -47,7 +48,7 @@ class ExperimentNotFound(SandboxNotFound):
     """No experiment has that id."""
 
 
-class Experiments:
+class Experiments(ExperimentOperations):
     """The experiments of one state directory. One per session: it alone holds the
     values of the environment variables each experiment forwards (never stored)."""
 
@@ -87,7 +88,7 @@ class Experiments:
 
     # -- create -----------------------------------------------------------------------
 
-    def create(
+    def _create(
         self,
         project: object,
         *,
@@ -98,7 +99,6 @@ class Experiments:
     ) -> ExperimentRecord:
         """Copy `project` into a new sandbox. Everything is checked before anything is
         made; a failure after the box exists destroys it and records why."""
-        started = time.monotonic()
         policy = self.policy()
         root = check_project_path(project, policy, Path.home())
         forwarded = resolve_env(
@@ -161,7 +161,6 @@ class Experiments:
             ExperimentState.READY,
             f"{copy.file_count} files copied, {len(copy.skipped)} skipped",
         )
-        self.event("create", done, status="ready", started=started)
         return done
 
     def _unpack(self, sandbox_id: str, tar_path: Path) -> None:
@@ -182,7 +181,7 @@ class Experiments:
             except PyboxError:
                 return  # the sandbox sweep removes it; the record stays failed
         self.ledger.move(experiment_id, ExperimentState.DESTROYED, why)
-        self.event("create", record, status="failed", started=None, error=why)
+        self.event("create", record, status="destroyed", started=None, error=why)
 
     # -- look up ------------------------------------------------------------------------
 
@@ -252,65 +251,6 @@ class Experiments:
             )
         return record
 
-    # -- the rest of the contract (commands, workspace, lifecycle) ----------------------
-
-    def execute(
-        self,
-        experiment_id: object,
-        argv: object,
-        *,
-        timeout_s: float | None = None,
-        background: bool = False,
-    ) -> JobRecord:
-        return self.jobs.start(experiment_id, argv, timeout_s=timeout_s, background=background)
-
-    def run_tests(
-        self, experiment_id: object, argv: object = None, *, background: bool = False
-    ) -> JobRecord:
-        return self.jobs.run_tests(experiment_id, argv, background=background)
-
-    def read_file(self, experiment_id: object, path: object) -> bytes:
-        from pybox._features.experiments import lifecycle
-
-        return lifecycle.read_file(self, experiment_id, path)
-
-    def write_file(self, experiment_id: object, path: object, data: bytes) -> dict[str, Any]:
-        from pybox._features.experiments import lifecycle
-
-        return lifecycle.write_file(self, experiment_id, path, data)
-
-    def inspect_changes(self, experiment_id: object) -> dict[str, Any]:
-        from pybox._features.experiments import workspace
-
-        return workspace.inspect_changes(self, experiment_id)
-
-    def collect_artifacts(
-        self, experiment_id: object, paths: object
-    ) -> builtins.list[dict[str, Any]]:
-        from pybox._features.experiments import workspace
-
-        return workspace.collect_artifacts(self, experiment_id, paths)
-
-    def report(self, experiment_id: object) -> dict[str, Any]:
-        from pybox._features.experiments import lifecycle
-
-        return lifecycle.report(self, self.get(experiment_id))
-
-    def destroy(self, experiment_id: object) -> tuple[dict[str, Any], bool]:
-        from pybox._features.experiments import lifecycle
-
-        return lifecycle.destroy(self, experiment_id)
-
-    def compare(self, experiment_ids: object) -> dict[str, Any]:
-        from pybox._features.experiments import lifecycle
-
-        return lifecycle.compare_experiments(self, experiment_ids)
-
-    def runtime_check(self) -> dict[str, Any]:
-        from pybox._features.experiments import lifecycle
-
-        return lifecycle.runtime_check(self)
-
     # -- files of an experiment ---------------------------------------------------------
 
     def experiment_folder(self, experiment_id: str, *, create: bool = False) -> Path:
@@ -321,6 +261,23 @@ class Experiments:
         return folder
 
     # -- events -----------------------------------------------------------------------
+
+    def observe(
+        self, operation: str, ids: dict[str, Any], status: str, started: float, **fields: Any
+    ) -> None:
+        """One operation's event (`contract._observed` calls this for each)."""
+        if self.events is None:
+            return
+        with contextlib.suppress(PyboxError):
+            emit_event(
+                self.events,
+                operation,
+                experiment_id=ids.get("experiment"),
+                job_id=ids.get("job"),
+                status=status,
+                duration_s=round(time.monotonic() - started, 4),
+                **fields,
+            )
 
     def event(
         self,

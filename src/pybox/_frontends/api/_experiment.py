@@ -124,11 +124,10 @@ class Experiment:
 
     def job(self, job_id: str, *, wait_s: float = 0.0) -> Job:
         """A job's state and result (waiting up to `wait_s` for a running one)."""
-        jobs = self._experiments.jobs
-        return _job(jobs.wait(job_id, wait_s) if wait_s else jobs.status(job_id))
+        return _job(self._experiments.job_result(job_id, wait_s))
 
     def cancel(self, job_id: str) -> Job:
-        return _job(self._experiments.jobs.cancel(job_id))
+        return _job(self._experiments.cancel_job(job_id))
 
     # -- files ----------------------------------------------------------------------
 

@@ -184,13 +184,12 @@ def _start_worker(args: argparse.Namespace, action: list[str], argv: list[str]) 
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    jobs = _experiments(args).jobs
-    job = jobs.wait(args.job_id, args.wait) if args.wait else jobs.status(args.job_id)
+    job = _experiments(args).job_result(args.job_id, args.wait)
     return _job_out(args, job)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    return _job_out(args, _experiments(args).jobs.cancel(args.job_id))
+    return _job_out(args, _experiments(args).cancel_job(args.job_id))
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

@@ -184,18 +184,17 @@ def list_experiments(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JS
 
 
 def get_job_status(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
-    return _job_result(_experiments(toolbox).jobs.status(args["job_id"]), with_output=False)
+    return _job_result(_experiments(toolbox).job_status(args["job_id"]), with_output=False)
 
 
 def get_job_result(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
     wait = float(args.get("wait", 0))
-    jobs = _experiments(toolbox).jobs
-    job = jobs.wait(args["job_id"], min(wait, MAX_WAIT_S)) if wait else jobs.status(args["job_id"])
+    job = _experiments(toolbox).job_result(args["job_id"], min(wait, MAX_WAIT_S))
     return _job_result(job, with_output=job.finished)
 
 
 def cancel_job(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
-    return _job_result(_experiments(toolbox).jobs.cancel(args["job_id"]), with_output=False)
+    return _job_result(_experiments(toolbox).cancel_job(args["job_id"]), with_output=False)
 
 
 def destroy_experiment(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
