@@ -110,6 +110,7 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
             "after the run.",
             "read_max_bytes": toolbox.registry.read_max_bytes,
             **({"sandboxes": _sandboxes(toolbox)} if "sandboxes" in toolbox.groups else {}),
+            **({"experiments": _experiments(toolbox)} if "experiments" in toolbox.groups else {}),
         },
         "tool_groups": {
             "enabled": list(toolbox.groups),
@@ -139,6 +140,18 @@ def _sandboxes(toolbox: Toolbox) -> JSONObject:
         "limits": "fixed when the sandbox is created, within the ceilings above; a run in it "
         "may ask for a lower timeout or output cap, never for more",
         "network": "none, ever: libraries are installed by a separate, short-lived box",
+        **settings.to_dict(),
+    }
+
+
+def _experiments(toolbox: Toolbox) -> JSONObject:
+    """Where projects may come from, and what a copy is allowed to hold."""
+    settings = toolbox.session.experiment_settings
+    return {
+        "copy": "projects are copied, never mounted, from the operator's project roots; "
+        "secret-shaped files are never copied; the project on the host is never written",
+        "kept_after_destroy": "the record, its state history, the jobs' bounded output, the "
+        "changes (recorded before teardown) and collected artifacts, in pybox's store",
         **settings.to_dict(),
     }
 
