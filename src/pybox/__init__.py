@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from pybox._core.request import InputFile
     from pybox._frontends.api import (
         Client,
+        Experiment,
+        Job,
         OutputFile,
         RunResult,
         RunStream,
@@ -81,6 +83,8 @@ _LAZY = {
     **dict.fromkeys(
         (
             "Client",
+            "Experiment",
+            "Job",
             "OutputFile",
             "RunResult",
             "RunStream",
@@ -105,10 +109,12 @@ __all__ = [
     "ConfigError",
     "EngineError",
     "EngineUnavailable",
+    "Experiment",
     "FileReturned",
     "ImageError",
     "InputFile",
     "InvalidRequest",
+    "Job",
     "LimitExceeded",
     "ModelError",
     "OutputChunk",

@@ -70,7 +70,15 @@ def test_get_result_is_listed_and_get_run_stays_as_its_alias(peer: Peer) -> None
         "destroy_sandbox",
         "list_sandboxes",
     }
-    assert set(listed) == runs | sandboxes
+    # The experiments group keeps the names agents know from Sandbox MCP (its
+    # read/write_sandbox_file are the sandboxes group's, offered by both).
+    experiments = {
+        "create_experiment", "execute_experiment", "run_tests", "inspect_changes",
+        "collect_artifacts", "get_experiment", "list_experiments", "get_job_status",
+        "get_job_result", "cancel_job", "destroy_experiment", "compare_experiments",
+        "check_sandbox_runtime",
+    }  # fmt: skip
+    assert set(listed) == runs | sandboxes | experiments
     get_result, get_run = listed["get_result"], listed["get_run"]
     assert get_result["inputSchema"] == get_run["inputSchema"]
     assert get_result["inputSchema"]["required"] == ["run_id"]

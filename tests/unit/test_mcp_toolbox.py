@@ -218,7 +218,7 @@ def test_every_group_is_on_by_default(engine: FakeEngine, state: StateStore) -> 
             "text"
         ]
     )
-    assert capabilities["tool_groups"]["enabled"] == ["runs", "sandboxes", "extra"]
+    assert capabilities["tool_groups"]["enabled"] == ["runs", "sandboxes", "experiments", "extra"]
 
 
 def test_a_group_that_is_off_is_not_listed_and_its_tools_are_unknown(
@@ -237,7 +237,7 @@ def test_a_group_that_is_off_is_not_listed_and_its_tools_are_unknown(
     )
     assert capabilities["tool_groups"] == {
         "enabled": ["extra"],
-        "available": ["runs", "sandboxes", "extra"],
+        "available": ["runs", "sandboxes", "experiments", "extra"],
         "rule": capabilities["tool_groups"]["rule"],
     }
     peer = peer_with(engine, state, ("runs",))
@@ -245,7 +245,7 @@ def test_a_group_that_is_off_is_not_listed_and_its_tools_are_unknown(
 
 
 def test_tool_groups_are_checked() -> None:
-    assert TOOL_GROUPS == ("runs", "sandboxes")
+    assert TOOL_GROUPS == ("runs", "sandboxes", "experiments")
     assert tool_groups("runs", TOOL_GROUPS) == ("runs",)
     assert tool_groups(" runs , runs", TOOL_GROUPS) == ("runs",)
     with pytest.raises(ConfigError, match="no tool group 'sandbox'; the groups are: runs"):
@@ -255,11 +255,11 @@ def test_tool_groups_are_checked() -> None:
 
 
 def test_an_unknown_group_stops_the_server_before_it_starts(state: StateStore) -> None:
-    done = pybox(state, "mcp", "--tools", "runs,experiments")
+    done = pybox(state, "mcp", "--tools", "runs,experiment")
     assert done.returncode == 2, done.stderr
     assert done.stdout == b""
     err = done.stderr.decode()
-    assert "--tools: there is no tool group 'experiments'; the groups are: runs" in err
+    assert "--tools: there is no tool group 'experiment'; the groups are: runs" in err
     assert "serving" not in err and "warm" not in err  # nothing was started
 
 

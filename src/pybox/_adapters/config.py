@@ -29,6 +29,7 @@ from pybox._adapters.state import default_state_dir
 from pybox._core.admission import ADMISSION_KEYS, AdmissionConfig
 from pybox._core.display import noun
 from pybox._core.errors import ConfigError
+from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.repair import REPAIR_FIELDS_BY_KEY, RepairPolicy
@@ -46,6 +47,7 @@ CONFIG_SECTIONS = (
     "state_dir",
     "pool",
     "sandboxes",
+    "experiments",
     "repair",
     "platform",
     "colima",
@@ -86,6 +88,7 @@ class Settings:
     sources: tuple[str, ...]
     pool: PoolSettings = field(default_factory=PoolSettings)
     sandboxes: SandboxSettings = field(default_factory=SandboxSettings)
+    experiments: ExperimentSettings = field(default_factory=ExperimentSettings)
     repair_policy: RepairPolicy = field(default_factory=RepairPolicy)
     # "auto" (from the operating system), "linux" or "colima"; PYBOX_PLATFORM wins.
     platform: str = "auto"
@@ -177,6 +180,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     repair_policy = RepairPolicy()
     pool = PoolSettings()
     sandboxes = SandboxSettings()
+    experiments = ExperimentSettings()
     sources = ["built-in"]
     state_dir = default_state_dir(environ)
     path, explicit = config_file_path(environ, config_path)
@@ -222,6 +226,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
             state_dir = Path(data["state_dir"]).expanduser()
         pool = pool.with_settings(_section(data, "pool", path), str(path))
         sandboxes = sandboxes.with_settings(_section(data, "sandboxes", path), str(path))
+        experiments = experiments.with_settings(_section(data, "experiments", path), str(path))
         if "platform" in data:
             platform, platform_source = _platform_choice(data["platform"], str(path)), str(path)
         if "colima" in data:
@@ -264,6 +269,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         tuple(sources),
         pool=pool,
         sandboxes=sandboxes,
+        experiments=experiments,
         repair_policy=repair_policy,
         platform=platform,
         platform_source=platform_source,

@@ -38,6 +38,19 @@ class SandboxBusy(RequestRejected):
     """Another operation holds the sandbox for longer than a caller waits."""
 
 
+class ProjectRefused(RequestRejected):
+    """A project path is not one pybox may copy (outside the allowed roots, a system
+    or credential folder, the home folder itself)."""
+
+
+class ProjectTooBig(RequestRejected):
+    """A project holds more files or bytes than the operator allows to copy."""
+
+
+class EnvRefused(RequestRejected):
+    """An environment variable may not cross into an experiment's box."""
+
+
 class Busy(RequestRejected):
     """Every box slot is taken and the queue is full, or a wait for a slot ran out.
 
@@ -104,6 +117,20 @@ class ImageBuildError(ImageError):
 
 class StateError(PyboxError):
     """pybox's state directory cannot be read or written."""
+
+
+class IllegalTransition(StateError):
+    """A record was asked to move to a state its state machine does not allow.
+
+    The record is left as it was; `current`, `requested` and `allowed` say why."""
+
+    def __init__(
+        self, message: str, *, current: str, requested: str, allowed: tuple[str, ...]
+    ) -> None:
+        super().__init__(message)
+        self.current = current
+        self.requested = requested
+        self.allowed = allowed
 
 
 class SandboxError(PyboxError):

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
 from pybox._adapters.config import Settings, load_settings
@@ -26,6 +26,7 @@ from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._boxes.spec import BoxContext, new_run_id
 from pybox._core.errors import LimitExceeded
 from pybox._core.events import EventSink
+from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
 from pybox._core.pool import PoolSettings
@@ -47,6 +48,7 @@ from pybox._version import __version__
 if TYPE_CHECKING:
     from pybox._boxes.pool import PoolStats
     from pybox._core.admission import AdmissionConfig
+    from pybox._features.experiments.service import Experiments
     from pybox._features.sandboxes.service import Sandboxes
     from pybox._features.store import Store
 
@@ -72,6 +74,7 @@ class Session(SessionImages):
         repair_policy: RepairPolicy | None = None,
         sandbox_settings: SandboxSettings | None = None,
         admission: AdmissionConfig | None = None,
+        experiment_settings: ExperimentSettings | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -93,6 +96,9 @@ class Session(SessionImages):
         self._lock = threading.Lock()
         self._sandboxes: Sandboxes | None = None
         self.sandbox_settings = sandbox_settings or SandboxSettings()
+        self.experiment_settings = experiment_settings or ExperimentSettings()
+        self._experiments: Experiments | None = None
+        self.experiment_events: TextIO | None = None  # the MCP server: stderr
         self._engine_info: dict[str, Any] | None = None
         self._confinement: Confinement | None = None
         self.admission = SessionAdmission(
@@ -138,6 +144,7 @@ class Session(SessionImages):
             repair_policy=settings.repair_policy,
             sandbox_settings=settings.sandboxes,
             admission=settings.admission,
+            experiment_settings=settings.experiments,
         )
 
     @property
@@ -195,6 +202,20 @@ class Session(SessionImages):
 
                 self._sandboxes = Sandboxes(self, store, self.sandbox_settings)
             return self._sandboxes
+
+    def experiments(self) -> Experiments:
+        """This state directory's experiments, one service per session: it alone
+        holds the values of the environment variables an experiment forwards."""
+        sandboxes = self.sandboxes()
+        with self._lock:
+            if self._experiments is None:
+                from pybox._features.experiments.service import Experiments, events_stream
+
+                events = self.experiment_events or events_stream(self.environ)
+                self._experiments = Experiments(
+                    self, sandboxes, self.experiment_settings, events=events
+                )
+            return self._experiments
 
     def confinement(self) -> Confinement:
         """pybox's seccomp profile and the AppArmor profile boxes on this engine need."""

@@ -58,6 +58,19 @@ def unpack_request(folder: str, tar_bytes: bytes) -> RunRequest:
     return _request(("unpack", folder), stdin=tar_bytes)
 
 
+def digest_request(folder: str, max_entries: int, skip_names: tuple[str, ...] = ()) -> RunRequest:
+    """Every file, folder and link under `folder` with its mode and sha256, as JSON on
+    stdout, paths relative to `folder` (read it with `experiments.tree.entries_from_json`).
+    Names matching one of `skip_names` (fnmatch, at any depth) are left out."""
+    return _request(("digest", folder, str(max_entries), *skip_names))
+
+
+def pack_request(paths: tuple[str, ...], max_bytes: int) -> RunRequest:
+    """A tar of the named regular files (relative to the workspace) on stdout, refused
+    with `too_big` before anything is written if together they hold over `max_bytes`."""
+    return _request(("pack", str(max_bytes)), stdin=json.dumps(list(paths)).encode())
+
+
 def exec_request(argv: tuple[str, ...]) -> RunRequest:
     return RunRequest(code=inbox_program("sandbox_exec"), code_name=EXEC_PROGRAM, argv=argv)
 

@@ -30,9 +30,17 @@ def exec_command(
 ) -> RunOutcome:
     """A command given as an argument list, never a shell string (an agent that
     wants a shell passes ["sh", "-c", ...] itself)."""
+    request = fileops.exec_request(check_argv(argv))
+    if timeout_s is not None:
+        request = _with_timeout(request, timeout_s)
+    return sandboxes.run(sandbox_id, request, kind="sandbox.exec", **options)
+
+
+def check_argv(argv: Any) -> tuple[str, ...]:
+    """A command as a non-empty list of strings, each without NUL and bounded."""
     if not isinstance(argv, list | tuple) or not argv:
         raise InvalidRequest(
-            "exec takes the command as a non-empty list of strings, for example "
+            "A command is given as a non-empty list of strings, for example "
             '["ls", "-l"]; for a shell, pass ["sh", "-c", "..."] yourself.'
         )
     if len(argv) > MAX_ARGS:
@@ -44,10 +52,7 @@ def exec_command(
             raise InvalidRequest(f"Argument {index} is over {MAX_ARG_BYTES} bytes.")
     if not argv[0]:
         raise InvalidRequest("The command's name (its first argument) is empty.")
-    request = fileops.exec_request(tuple(argv))
-    if timeout_s is not None:
-        request = _with_timeout(request, timeout_s)
-    return sandboxes.run(sandbox_id, request, kind="sandbox.exec", **options)
+    return tuple(argv)
 
 
 def write_file(sandboxes: Sandboxes, sandbox_id: str, path: object, data: bytes) -> dict[str, Any]:

@@ -74,6 +74,11 @@ class Store:
     def path(self) -> Path:
         return self._database.path
 
+    @property
+    def database(self) -> Database:
+        """The database itself, for a feature's own tables (experiments' ledger)."""
+        return self._database
+
     def close(self) -> None:
         """Close the connection (a later call opens a new one)."""
         self._database.close()

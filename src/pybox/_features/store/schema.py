@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlite3
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Version 1. JSON columns hold canonical JSON text. The audit table refuses UPDATE
 # and DELETE (append-only for pybox itself); the hash chain is what shows a change
@@ -96,8 +96,66 @@ def _to_v1(connection: sqlite3.Connection) -> None:
         connection.execute(statement)
 
 
+# Version 2: experiments (docs/experiments.md). Most of a record is one JSON
+# document, as only the ids, states and times are ever searched.
+_V2 = (
+    """
+    CREATE TABLE experiments (
+        experiment_id TEXT PRIMARY KEY,
+        owner         TEXT NOT NULL,
+        sandbox_id    TEXT,
+        project       TEXT NOT NULL,
+        state         TEXT NOT NULL,
+        reason        TEXT NOT NULL,
+        created_at    REAL NOT NULL,
+        updated_at    REAL NOT NULL,
+        doc           TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX experiments_by_state ON experiments (state, created_at)",
+    """
+    CREATE TABLE experiment_states (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        experiment_id TEXT NOT NULL REFERENCES experiments (experiment_id),
+        at            REAL NOT NULL,
+        from_state    TEXT,
+        to_state      TEXT NOT NULL,
+        reason        TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX experiment_states_by_id ON experiment_states (experiment_id, id)",
+    """
+    CREATE TABLE jobs (
+        job_id           TEXT PRIMARY KEY,
+        experiment_id    TEXT NOT NULL REFERENCES experiments (experiment_id),
+        kind             TEXT NOT NULL,
+        state            TEXT NOT NULL,
+        started_at       REAL NOT NULL,
+        finished_at      REAL,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        doc              TEXT NOT NULL
+    )
+    """,
+    "CREATE INDEX jobs_by_experiment ON jobs (experiment_id, started_at)",
+    """
+    CREATE TABLE artifacts (
+        experiment_id TEXT NOT NULL REFERENCES experiments (experiment_id),
+        path          TEXT NOT NULL,
+        collected_at  REAL NOT NULL,
+        doc           TEXT NOT NULL,
+        PRIMARY KEY (experiment_id, path)
+    )
+    """,
+)
+
+
+def _to_v2(connection: sqlite3.Connection) -> None:
+    for statement in _V2:
+        connection.execute(statement)
+
+
 # MIGRATIONS[n] takes a database from version n to n + 1.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_to_v1,)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_to_v1, _to_v2)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

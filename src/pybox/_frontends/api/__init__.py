@@ -17,6 +17,7 @@ from pybox._core.limit_surfaces import limit_request_from_keywords
 from pybox._core.repair import RepairBudget, RepairGoal, RepairModel, RepairReport
 from pybox._core.request import PreparedRun, RunRequest
 from pybox._features.repair.loop import RepairJob, RepairLoop
+from pybox._frontends.api._experiment import Experiment, Job
 from pybox._frontends.api._options import (
     EventCallback,
     GoalLike,
@@ -40,8 +41,10 @@ from pybox._orchestration.staging import OutputStaging, check_destination
 __all__ = [
     "Client",
     "EventCallback",
+    "Experiment",
     "FileListing",
     "InputLike",
+    "Job",
     "LimitOptions",
     "OutputCallback",
     "OutputFile",

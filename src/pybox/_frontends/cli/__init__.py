@@ -101,6 +101,10 @@ COMMAND_GROUPS: tuple[CommandGroup, ...] = (
         "_sandbox",
         {"sandbox": "create, use and destroy sandboxes that keep their files between runs"},
     ),
+    _module_group(
+        "_experiment",
+        {"experiment": "experiment on a copy of a project: commands, tests, diffs, comparisons"},
+    ),
     _module_group("_vm", {"vm": "start, stop, check or delete pybox's VM (macOS)"}),
     _module_group(
         "_verify",

@@ -144,6 +144,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         tool_groups=groups,
     )
     check_images(options.images, session.recorded_images(), str(session.state_dir))
+    _experiment_roots(session, args.project_root or ())
     options = _fit_machine(session, options)
     dispatcher = build_dispatcher(session, options, registry_from_args(session, args, log))
     try:
@@ -164,6 +165,29 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     finally:
         for name in session.close():
             log(f"could not confirm the waiting box {name} removed; `pybox sweep` will")
+
+
+def _experiment_roots(session: Session, roots: Iterable[str]) -> None:
+    """`--project-root DIR`: folders projects may be copied from, checked at start;
+    each operation on an experiment logs one JSON event on stderr."""
+    from pathlib import Path
+
+    session.experiment_settings = session.experiment_settings.with_roots(
+        tuple(_project_root(Path(root)) for root in roots)
+    )
+    session.experiment_events = sys.stderr
+
+
+def _project_root(root: Path) -> str:
+    try:
+        resolved = root.expanduser().resolve(strict=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--project-root {root}: {exc.strerror or exc}. Give an existing folder."
+        ) from None
+    if not resolved.is_dir():
+        raise ConfigError(f"--project-root {root} is not a folder. Give a folder of projects.")
+    return str(resolved)
 
 
 def _fit_machine(session: Session, options: ServerOptions) -> ServerOptions:
@@ -305,6 +329,13 @@ def register(commands: Any) -> None:
         "--images", metavar="NAMES", help="comma-separated images agents may use (default: all)"
     )
     mcp.add_argument("--tools", metavar="GROUPS", help=TOOLS_HELP)
+    mcp.add_argument(
+        "--project-root",
+        action="append",
+        metavar="DIR",
+        help="a folder whose projects experiments may copy (repeatable; added to the "
+        "config's [experiments] project_roots)",
+    )
     for flag, (_, help_text) in {**CEILING_FLAGS, **DEFAULT_FLAGS}.items():
         mcp.add_argument(flag, metavar="N", help=help_text)
     mcp.add_argument(

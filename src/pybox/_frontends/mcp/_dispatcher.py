@@ -26,6 +26,7 @@ from typing import Any
 
 from pybox._core.display import escape_lines
 from pybox._core.errors import PyboxError
+from pybox._frontends.mcp import _experimentresources as experiment_resources
 from pybox._frontends.mcp._protocol import (
     ALL_VERSIONS,
     ARGUMENT_ERRORS_AS_RESULTS_SINCE,
@@ -394,10 +395,14 @@ class Dispatcher:
         if method == "resources/list":
             _page_params(params)
             runs = self.toolbox.registry.recent()
-            return {"resources": static_resources() + run_resources(runs)}
+            return {
+                "resources": static_resources()
+                + experiment_resources.listed(self.toolbox)
+                + run_resources(runs)
+            }
         if method == "resources/templates/list":
             _page_params(params)
-            return {"resourceTemplates": templates()}
+            return {"resourceTemplates": templates() + experiment_resources.templates(self.toolbox)}
         if method == "resources/read":
             return self._read(params, version)
         raise RpcError(

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pybox._core.errors import PyboxError
 from pybox._core.limits import LIMIT_FIELDS, LIMIT_SYNONYMS
 from pybox._core.posture import (
     BOX_UID_COUNT,
@@ -33,6 +34,7 @@ from pybox._core.posture import (
     TMP_DIR,
     WORK_DIR,
 )
+from pybox._frontends.mcp import _experimentresources as experiments
 from pybox._frontends.mcp._live import STREAMS
 from pybox._frontends.mcp._present import MAX_GET_WAIT_S, run_structure, run_uri, user_limits
 from pybox._frontends.mcp._protocol import INVALID_PARAMS, JSONObject, RpcError
@@ -108,6 +110,7 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
             "after the run.",
             "read_max_bytes": toolbox.registry.read_max_bytes,
             **({"sandboxes": _sandboxes(toolbox)} if "sandboxes" in toolbox.groups else {}),
+            **({"experiments": _experiments(toolbox)} if "experiments" in toolbox.groups else {}),
         },
         "tool_groups": {
             "enabled": list(toolbox.groups),
@@ -137,6 +140,18 @@ def _sandboxes(toolbox: Toolbox) -> JSONObject:
         "limits": "fixed when the sandbox is created, within the ceilings above; a run in it "
         "may ask for a lower timeout or output cap, never for more",
         "network": "none, ever: libraries are installed by a separate, short-lived box",
+        **settings.to_dict(),
+    }
+
+
+def _experiments(toolbox: Toolbox) -> JSONObject:
+    """Where projects may come from, and what a copy is allowed to hold."""
+    settings = toolbox.session.experiment_settings
+    return {
+        "copy": "projects are copied, never mounted, from the operator's project roots; "
+        "secret-shaped files are never copied; the project on the host is never written",
+        "kept_after_destroy": "the record, its state history, the jobs' bounded output, the "
+        "changes (recorded before teardown) and collected artifacts, in pybox's store",
         **settings.to_dict(),
     }
 
@@ -202,6 +217,14 @@ def read(toolbox: Toolbox, uri: str) -> tuple[list[JSONObject], bool]:
     """The contents at `uri`, and whether they can no longer change."""
     if uri == CAPABILITIES_URI:
         return [_text(uri, "application/json", json.dumps(capabilities(toolbox), indent=2))], False
+    if uri == experiments.PREFIX or uri.startswith(experiments.PREFIX + "/"):
+        if not experiments.offered(toolbox):
+            raise ResourceNotFound(f"No resource {uri!r}: the experiments tools are off.")
+        try:
+            text, final = experiments.read(toolbox, uri)
+        except PyboxError as exc:
+            raise ResourceNotFound(f"No resource {uri!r}: {exc}") from None
+        return [_text(uri, "application/json", text)], final
     if not uri.startswith(RUNS_PREFIX):
         raise ResourceNotFound(
             f"No resource {uri!r}. Resources: {CAPABILITIES_URI} and pybox://runs/{{run_id}}."

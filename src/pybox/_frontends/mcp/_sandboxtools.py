@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from typing import Any
 
 from pybox._core.boxquote import BoxQuote
 from pybox._core.errors import InvalidRequest, PyboxError, RequestRejected
@@ -46,6 +47,10 @@ MAX_TIMEOUT_S = 86400
 SANDBOX_ID: JSONObject = {
     "type": "string",
     "description": "The sandbox_id create_sandbox returned.",
+}
+EXPERIMENT_ID: JSONObject = {
+    "type": "string",
+    "description": "The experiment_id create_experiment returned (instead of sandbox_id).",
 }
 PATH: JSONObject = {
     "type": "string",
@@ -110,7 +115,7 @@ def _outcome_result(
 # -- handlers -----------------------------------------------------------------------
 
 
-def _guarded(handler: Handler) -> Handler:
+def guarded(handler: Handler) -> Handler:
     """A refused or failed operation is an isError result the agent reads, never a
     protocol error. Words from inside the box (pip's, for one) stay in a fenced
     section; the rest of the message is pybox's."""
@@ -183,8 +188,23 @@ def exec_tool(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObjec
     return _outcome_result(toolbox, sandbox_id, exec_request(tuple(args["argv"])), outcome)
 
 
+def _file_owner(toolbox: Toolbox, args: JSONObject) -> tuple[Any, str]:
+    """The sandboxes or the experiments service, and the id: exactly one of
+    sandbox_id and experiment_id (an experiment's files are its sandbox's)."""
+    given = [key for key in ("sandbox_id", "experiment_id") if key in args]
+    if len(given) != 1:
+        raise InvalidRequest(
+            "Give exactly one of sandbox_id (from create_sandbox) and experiment_id (from "
+            f"create_experiment); {'both were' if given else 'neither was'} given."
+        )
+    if given[0] == "experiment_id":
+        return toolbox.session.experiments(), args["experiment_id"]
+    return toolbox.session.sandboxes(), args["sandbox_id"]
+
+
 def read_sandbox_file(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
-    data = toolbox.session.sandboxes().read_file(args["sandbox_id"], args["path"])
+    owner, owner_id = _file_owner(toolbox, args)
+    data = owner.read_file(owner_id, args["path"])
     try:
         text, encoding = data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
@@ -202,9 +222,8 @@ def read_sandbox_file(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> J
 
 
 def write_sandbox_file(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
-    written = toolbox.session.sandboxes().write_file(
-        args["sandbox_id"], args["path"], _content(args, "content")
-    )
+    owner, owner_id = _file_owner(toolbox, args)
+    written = owner.write_file(owner_id, args["path"], _content(args, "content"))
     result = text_result(
         f"Wrote {written['size_bytes']} bytes to {written['path']!r} in the sandbox.",
         is_error=False,
@@ -338,7 +357,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         "not persist.",
         input_schema=_create_schema,
         checks={"limits": limit_request},
-        handler=_guarded(create_sandbox),
+        handler=guarded(create_sandbox),
         output_schema=SANDBOX_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
@@ -364,7 +383,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
                 },
             },
         ),
-        handler=_guarded(run),
+        handler=guarded(run),
         output_schema=SANDBOX_RUN_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
@@ -386,7 +405,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
                 "timeout": TIMEOUT,
             },
         ),
-        handler=_guarded(exec_tool),
+        handler=guarded(exec_tool),
         output_schema=SANDBOX_RUN_SCHEMA,
         hints=Hints(read_only=False, destructive=False, idempotent=False),
     ),
@@ -394,9 +413,13 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         name="read_sandbox_file",
         group=GROUP,
         title="Read a file from a sandbox",
-        description="Read a file from a sandbox's workspace (UTF-8 text, or base64 if it is not).",
-        input_schema=_schema(["sandbox_id", "path"], {"sandbox_id": SANDBOX_ID, "path": PATH}),
-        handler=_guarded(read_sandbox_file),
+        description="Read a file from a sandbox's or an experiment's workspace (UTF-8 text, "
+        "or base64 if it is not). Give sandbox_id or experiment_id.",
+        input_schema=_schema(
+            ["path"], {"sandbox_id": SANDBOX_ID, "experiment_id": EXPERIMENT_ID, "path": PATH}
+        ),
+        handler=guarded(read_sandbox_file),
+        also_in=("experiments",),
         output_schema=_object(
             ["path", "size_bytes", "encoding", "content"],
             path={"type": "string"},
@@ -410,12 +433,15 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         name="write_sandbox_file",
         group=GROUP,
         title="Write a file into a sandbox",
-        description="Write a file into a sandbox's workspace (folders are made as needed; an "
-        "existing file is replaced).",
+        description="Write a file into a sandbox's or an experiment's workspace (folders are "
+        "made as needed; an existing file is replaced). Give sandbox_id or experiment_id; an "
+        "experiment's project on the host is never written.",
         input_schema=_schema(
-            ["sandbox_id", "path", "content"], {"sandbox_id": SANDBOX_ID, "path": PATH, **CONTENT}
+            ["path", "content"],
+            {"sandbox_id": SANDBOX_ID, "experiment_id": EXPERIMENT_ID, "path": PATH, **CONTENT},
         ),
-        handler=_guarded(write_sandbox_file),
+        handler=guarded(write_sandbox_file),
+        also_in=("experiments",),
         output_schema=_object(
             ["path", "size_bytes"], path={"type": "string"}, size_bytes={"type": "integer"}
         ),
@@ -428,7 +454,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         description="List the files and folders under a path of a sandbox's workspace "
         "(default: all of it). Links are listed, never followed.",
         input_schema=_schema(["sandbox_id"], {"sandbox_id": SANDBOX_ID, "path": PATH}),
-        handler=_guarded(list_sandbox_files),
+        handler=guarded(list_sandbox_files),
         output_schema=_object(
             ["files", "complete"],
             files={"type": "array", "items": {"type": "object"}},
@@ -443,7 +469,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         description="Destroy a sandbox: its box is removed and the removal confirmed by the "
         "engine. Safe to call again: an already destroyed sandbox is reported as such.",
         input_schema=_schema(["sandbox_id"], {"sandbox_id": SANDBOX_ID}),
-        handler=_guarded(destroy_sandbox),
+        handler=guarded(destroy_sandbox),
         output_schema=_object(
             ["sandbox_id", "destroyed", "was_live"],
             sandbox_id={"type": "string"},
@@ -458,7 +484,7 @@ SANDBOX_TOOLS: tuple[Tool, ...] = (
         title="List sandboxes",
         description="List the live sandboxes, with their limits, state and expiry.",
         input_schema=_schema([], {}),
-        handler=_guarded(list_sandboxes),
+        handler=guarded(list_sandboxes),
         output_schema=_object(["sandboxes"], sandboxes={"type": "array", "items": SANDBOX_SCHEMA}),
         hints=Hints(read_only=True, destructive=False, idempotent=True),
     ),

@@ -95,6 +95,7 @@ class Tool:
     # Properties checked by a function of their own instead of the generic schema check.
     checks: Mapping[str, PropertyCheck] = field(default_factory=dict)
     alias_of: str | None = None  # the tool this name stands for (kept for older clients)
+    also_in: tuple[str, ...] = ()  # other groups that offer this tool (one declaration)
 
     def listing(self, toolbox: Toolbox) -> JSONObject:
         """This tool's `tools/list` entry."""
@@ -177,7 +178,11 @@ class Toolbox:
         duplicated = sorted({name for name in names if names.count(name) > 1})
         if duplicated:
             raise ValueError(f"tools declared twice: {', '.join(duplicated)}")
-        self._tools = {tool.name: tool for tool in every if tool.group in self.groups}
+        self._tools = {
+            tool.name: tool
+            for tool in every
+            if tool.group in self.groups or any(g in self.groups for g in tool.also_in)
+        }
 
     def allowed_images(self) -> list[str]:
         recorded = sorted(self.session.recorded_images())

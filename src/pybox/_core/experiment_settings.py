@@ -1,0 +1,73 @@
+"""The operator's settings for experiments (`[experiments]` in the config file; pure).
+
+A client cannot change them. `project_roots` are the folders a project may be
+copied from (`pybox mcp --project-root DIR` adds more for one server); none by
+default, so an experiment needs the operator's say-so. The caps bound the one
+read-only pass over the project (docs/experiments.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pybox._core.errors import ConfigError
+
+MIB = 1024 * 1024
+# key: (unit, lowest, highest, scale)
+EXPERIMENT_NUMBERS: dict[str, tuple[str, int, int, int]] = {
+    "max_files": ("files", 1, 1_000_000, 1),
+    "max_project_mib": ("MiB", 1, 4096, MIB),
+    "max_file_mib": ("MiB", 1, 1024, MIB),
+    "max_artifact_mib": ("MiB", 1, 4096, MIB),
+}
+EXPERIMENT_KEYS = (*EXPERIMENT_NUMBERS, "project_roots")
+
+
+@dataclass(frozen=True)
+class ExperimentSettings:
+    project_roots: tuple[str, ...] = ()
+    max_files: int = 20_000
+    max_project_bytes: int = 32 * MIB
+    max_file_bytes: int = 8 * MIB
+    max_artifact_bytes: int = 64 * MIB  # collected artifacts, per experiment
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "project_roots": list(self.project_roots),
+            "max_files": self.max_files,
+            "max_project_mib": self.max_project_bytes // MIB,
+            "max_file_mib": self.max_file_bytes // MIB,
+            "max_artifact_mib": self.max_artifact_bytes // MIB,
+        }
+
+    def with_roots(self, roots: tuple[str, ...]) -> ExperimentSettings:
+        return dataclasses.replace(self, project_roots=(*self.project_roots, *roots))
+
+    def with_settings(self, values: Mapping[str, object], source: str) -> ExperimentSettings:
+        """Apply `[experiments]` settings; a bad value is a clear config error."""
+        changes: dict[str, object] = {}
+        for key, raw in values.items():
+            if key == "project_roots":
+                if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+                    raise ConfigError(
+                        f"{source}: experiments project_roots must be a list of folder paths, "
+                        f"not {raw!r}."
+                    )
+                changes["project_roots"] = tuple(raw)
+                continue
+            if key not in EXPERIMENT_NUMBERS:
+                raise ConfigError(
+                    f"{source}: unknown experiments setting {key!r}. Known: "
+                    f"{', '.join(EXPERIMENT_KEYS)}."
+                )
+            unit, low, high, scale = EXPERIMENT_NUMBERS[key]
+            if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
+                raise ConfigError(
+                    f"{source}: experiments {key} must be a whole number of {unit} from {low} "
+                    f"to {high}, not {raw!r}."
+                )
+            field_name = key.replace("_mib", "_bytes")
+            changes[field_name] = raw * scale
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""Experiments: a project copied into a sandbox, its changes shown against a baseline."""

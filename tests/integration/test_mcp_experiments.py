@@ -1,0 +1,103 @@
+"""The experiments sequence driven by the official MCP SDK client over stdio, on
+the real engine: three fixes of the example project, tests, diffs, a comparison
+that recommends the Decimal fix, teardown, and the project untouched."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
+
+from pybox._engine import Engine
+from tests.integration.test_experiments import EXAMPLE, FIXES, snapshot
+from tests.integration.test_mcp import server_env
+
+
+def test_agent_tries_three_fixes_over_stdio(
+    state_dir: Path, engine: Engine, tmp_path: Path
+) -> None:
+    roots = tmp_path / "projects"
+    project = roots / "shop"
+    shutil.copytree(EXAMPLE, project, symlinks=True)
+    before = snapshot(project)
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "pybox", "mcp", "--project-root", str(roots)],
+        env=server_env(state_dir),
+    )
+
+    async def call(client: Any, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        result = await client.call_tool(tool, args)
+        assert result.structured_content is not None, (tool, result)
+        structure: dict[str, Any] = result.structured_content
+        return structure
+
+    async def main() -> dict[str, Any]:
+        async with Client(server) as client:
+            listed = await client.list_tools()
+            names = [tool.name for tool in listed.tools]
+            assert {"create_experiment", "compare_experiments", "read_sandbox_file"} <= set(names)
+            checked = await call(client, "check_sandbox_runtime", {})
+            assert checked["engine"]["reachable"] is True
+            assert checked["project_roots"] == [str(roots.resolve())]
+            ids = []
+            for fix in ("round", "decimal", "truncate"):
+                created = await call(
+                    client,
+                    "create_experiment",
+                    {"project": str(project), "limits": {"timeout_s": 60}},
+                )
+                experiment_id = created["experiment_id"]
+                ids.append(experiment_id)
+                skipped = {s["path"] for s in created["copy"]["skipped"]}
+                assert {".env", "id_rsa"} <= skipped
+                failing = await call(client, "run_tests", {"experiment_id": experiment_id})
+                assert failing["tests"]["failed"] + failing["tests"]["errors"] == 3
+                escaped = await client.call_tool(
+                    "read_sandbox_file",
+                    {"experiment_id": experiment_id, "path": "../../etc/passwd"},
+                )
+                assert escaped.is_error is True
+                content = (FIXES / fix / "money.py").read_text()
+                wrote = await client.call_tool(
+                    "write_sandbox_file",
+                    {"experiment_id": experiment_id, "path": "money.py", "content": content},
+                )
+                assert wrote.is_error is False, wrote
+                await call(client, "run_tests", {"experiment_id": experiment_id})
+                changes = await call(client, "inspect_changes", {"experiment_id": experiment_id})
+                assert [c["path"] for c in changes["modified"]] == ["money.py"]
+            background = await call(
+                client,
+                "execute_experiment",
+                {"experiment_id": ids[0], "argv": ["sleep", "120"], "background": True},
+            )
+            assert background["state"] == "running"
+            cancelled = await call(client, "cancel_job", {"job_id": background["job_id"]})
+            assert cancelled["state"] == "cancelled"
+            comparison = await call(client, "compare_experiments", {"experiment_ids": ids})
+            logs = await client.read_resource(f"pybox://experiments/{ids[1]}/logs")
+            logged = json.loads(logs.contents[0].text)  # type: ignore[union-attr]
+            assert [job["kind"] for job in logged["jobs"]] == ["tests", "tests"]
+            finals = [
+                await call(client, "destroy_experiment", {"experiment_id": experiment_id})
+                for experiment_id in ids
+            ]
+            again = await call(client, "destroy_experiment", {"experiment_id": ids[0]})
+            assert again["was_live"] is False
+            diff = await client.read_resource(f"pybox://experiments/{ids[1]}/diff")
+            assert "Decimal" in diff.contents[0].text  # type: ignore[union-attr]
+            return {"comparison": comparison, "ids": ids, "finals": finals}
+
+    outcome = anyio.run(main)
+    assert outcome["comparison"]["recommended"] == outcome["ids"][1], outcome["comparison"]
+    for final in outcome["finals"]:
+        assert final["state"] == "destroyed"
+        assert engine.inspect_container(f"pybox-{final['sandbox_id']}") is None
+    assert snapshot(project) == before

@@ -1,0 +1,207 @@
+"""The project's one read-only pass: the tar stream, the baseline, what is skipped."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import socket
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from pybox._core.errors import ProjectTooBig
+from pybox._features.experiments.copying import BUILD_OUTPUT, pack_project
+from pybox._features.experiments.project import ProjectPolicy
+from pybox._features.experiments.tree import ProjectCopy
+
+
+def make(root: Path, files: dict[str, bytes | str]) -> None:
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def pack(
+    root: Path, policy: ProjectPolicy | None = None
+) -> tuple[ProjectCopy, dict[str, tarfile.TarInfo], dict[str, bytes]]:
+    out = io.BytesIO()
+    copy = pack_project(root, policy or ProjectPolicy(allowed_roots=(root,)), out)
+    members, contents = {}, {}
+    with tarfile.open(fileobj=io.BytesIO(out.getvalue()), mode="r:") as archive:
+        for member in archive.getmembers():
+            members[member.name] = member
+            if member.isfile():
+                source = archive.extractfile(member)
+                assert source is not None
+                contents[member.name] = source.read()
+    return copy, members, contents
+
+
+def read_quietly(path: Path) -> bytes:
+    """The file's bytes without touching its access time (the test's own reads must
+    not be what changes it)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0))
+    try:
+        return os.read(fd, 1 << 20)
+    finally:
+        os.close(fd)
+
+
+def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every entry's mode, size, times and bytes, read without touching an access time.
+    A link's atime is left out: the kernel counts reading its target as an access."""
+    found: dict[str, tuple[object, ...]] = {}
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOATIME", 0))
+    try:
+        names = sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+    for name in names:
+        path = root / name
+        info = path.lstat()
+        atime = None if path.is_symlink() else info.st_atime_ns
+        data = read_quietly(path) if path.is_file() and not path.is_symlink() else b""
+        found[str(path)] = (info.st_mode, info.st_size, info.st_mtime_ns, atime, data)
+        if path.is_dir() and not path.is_symlink():
+            found.update(snapshot(path))
+    return found
+
+
+def test_files_folders_and_modes_are_copied_with_a_matching_baseline(tmp_path: Path) -> None:
+    make(tmp_path, {"src/app.py": "print(1)\n", "run.sh": "#!/bin/sh\n", "README": "hi"})
+    (tmp_path / "run.sh").chmod(0o775)
+    (tmp_path / "README").chmod(0o444)
+    os.utime(tmp_path / "README", (1_000_000, 1_000_000))
+    copy, members, contents = pack(tmp_path)
+    assert [e.path for e in copy.entries] == ["README", "run.sh", "src", "src/app.py"]
+    by_path = {e.path: e for e in copy.entries}
+    assert by_path["run.sh"].mode == 0o755 and members["run.sh"].mode == 0o755
+    assert by_path["README"].mode == 0o444 and members["README"].mtime == 1_000_000
+    assert by_path["src"].kind == "folder" and by_path["src"].mode & 0o700 == 0o700
+    assert by_path["src/app.py"].sha256 == hashlib.sha256(b"print(1)\n").hexdigest()
+    assert contents["src/app.py"] == b"print(1)\n"
+    assert all(m.uid == 0 and m.gid == 0 and m.uname == "" == m.gname for m in members.values())
+    assert copy.file_count == 3 and copy.total_bytes == len("print(1)\n#!/bin/sh\nhi")
+    assert copy.to_dict()["folder_count"] == 1 and copy.skipped == ()
+
+
+def test_the_user_s_tree_is_untouched_byte_for_byte_and_timestamp_for_timestamp(
+    tmp_path: Path,
+) -> None:
+    make(tmp_path, {"a.py": "x = 1\n", "sub/b.txt": "b" * 5000, ".env": "SECRET=1"})
+    (tmp_path / "sub" / "link").symlink_to("b.txt")
+    for path in [tmp_path / "a.py", tmp_path / "sub/b.txt", tmp_path / "sub"]:
+        os.utime(path, (1_000_000, 2_000_000))  # an old atime: relatime would update it
+    before = snapshot(tmp_path)
+    pack(tmp_path)
+    assert snapshot(tmp_path) == before
+
+
+def test_secrets_and_build_output_are_skipped_with_reasons(tmp_path: Path) -> None:
+    make(
+        tmp_path,
+        {
+            ".env": "K=v",
+            ".env.local": "K=v",
+            "id_rsa": "key",
+            "certs/server.pem": "pem",
+            ".ssh/config": "x",
+            ".docker/config.json": "{}",
+            ".docker/Dockerfile": "FROM x",
+            "node_modules/x/index.js": "x",
+            "pkg.egg-info/PKG-INFO": "x",
+            "build": "#!/bin/sh\n",  # a file named like a build folder is kept
+            "main.py": "",
+        },
+    )
+    copy, members, _ = pack(tmp_path)
+    reasons = {s.path: s.reason for s in copy.skipped}
+    assert set(members) == {".docker", ".docker/Dockerfile", "build", "certs", "main.py"}
+    assert reasons["node_modules"] == BUILD_OUTPUT == reasons["pkg.egg-info"]
+    assert reasons[".env"].startswith("secret-shaped file name (.env*")
+    assert reasons[".ssh"] == "credential folder (.ssh/)"
+    assert "id_rsa" in reasons["id_rsa"] and "*.pem" in reasons["certs/server.pem"]
+    assert ".docker/config.json" in reasons[".docker/config.json"]
+
+
+def test_secrets_are_skipped_even_when_the_policy_skips_nothing(tmp_path: Path) -> None:
+    make(tmp_path, {".env": "K=v", "node_modules/a.js": "x"})
+    copy, members, _ = pack(
+        tmp_path, ProjectPolicy(allowed_roots=(tmp_path,), skip_names=frozenset())
+    )
+    assert set(members) == {"node_modules", "node_modules/a.js"}
+    assert [s.path for s in copy.skipped] == [".env"]
+
+
+def test_links_inside_are_kept_as_links_and_links_out_are_never_followed(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    make(project, {"data/a.txt": "a", "sub/x.py": ""})
+    make(tmp_path, {"outside.txt": "secret"})
+    (project / "inside").symlink_to("data/a.txt")
+    (project / "sub" / "up").symlink_to("../data")
+    (project / "dangling").symlink_to("nothing-here")
+    (project / "home").symlink_to(Path.home())
+    (project / "escape").symlink_to("../outside.txt")
+    (project / "absolute").symlink_to(project / "data" / "a.txt")
+    (project / "via").symlink_to("home/x")  # lexically inside, out through another link
+    copy, members, _ = pack(project, ProjectPolicy(allowed_roots=(tmp_path,)))
+    assert members["inside"].issym() and members["inside"].linkname == "data/a.txt"
+    assert members["sub/up"].linkname == "../data" and members["dangling"].issym()
+    by_path = {e.path: e for e in copy.entries}
+    assert by_path["inside"].sha256 == hashlib.sha256(b"data/a.txt").hexdigest()
+    assert by_path["inside"].size_bytes == len("data/a.txt") and by_path["inside"].mode == 0o777
+    reasons = {s.path: s.reason for s in copy.skipped}
+    assert set(reasons) == {"home", "escape", "absolute", "via"}
+    assert reasons["escape"] == "link leads outside the project ('../outside.txt')"
+    assert "absolute" in reasons["absolute"] and reasons["via"].startswith("link leads outside")
+
+
+def test_fifos_sockets_big_and_unreadable_files_are_skipped(tmp_path: Path) -> None:
+    make(tmp_path, {"big.bin": b"x" * 2000, "ok.txt": "ok", "locked.txt": "no"})
+    os.mkfifo(tmp_path / "pipe")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock"))
+    (tmp_path / "locked.txt").chmod(0)
+    try:
+        policy = ProjectPolicy(allowed_roots=(tmp_path,), max_file_bytes=1000)
+        copy, members, _ = pack(tmp_path, policy)
+    finally:
+        server.close()
+        (tmp_path / "locked.txt").chmod(0o644)
+    reasons = {s.path: s.reason for s in copy.skipped}
+    assert set(members) == {"ok.txt"} | ({"locked.txt"} if os.geteuid() == 0 else set())
+    assert reasons["pipe"].startswith("a fifo") and reasons["sock"].startswith("a socket")
+    assert reasons["big.bin"] == "larger than 1000 bytes (2000 bytes; the limit is max_file_bytes)"
+    if os.geteuid() != 0:
+        assert reasons["locked.txt"] == "cannot be read (permission denied)"
+
+
+def test_odd_names_are_skipped_and_shown_escaped(tmp_path: Path) -> None:
+    make(tmp_path, {"bad\nname.py": "x", "fine.py": "y"})
+    os.close(os.open(os.fsencode(tmp_path) + b"/latin\xe9.txt", os.O_CREAT | os.O_WRONLY, 0o644))
+    copy, members, _ = pack(tmp_path)
+    assert set(members) == {"fine.py"}
+    reasons = {s.path: s.reason for s in copy.skipped}
+    assert reasons == {
+        "bad\\x0aname.py": "name holds control characters",
+        "latin\\xe9.txt": "name is not valid UTF-8",
+    }
+
+
+def test_too_many_entries_or_bytes_stop_the_copy_with_the_limit(tmp_path: Path) -> None:
+    make(tmp_path, {f"f{i}.txt": "12345" for i in range(5)})
+    with pytest.raises(ProjectTooBig, match=r"more than 4 files, links and folders.*limit is 4"):
+        pack(tmp_path, ProjectPolicy(allowed_roots=(tmp_path,), max_files=4))
+    with pytest.raises(ProjectTooBig, match=r"more than 20 bytes.*25 bytes by 'f4.txt'"):
+        pack(tmp_path, ProjectPolicy(allowed_roots=(tmp_path,), max_total_bytes=20))
+
+
+def test_the_order_is_deterministic(tmp_path: Path) -> None:
+    make(tmp_path, {name: name for name in ["b", "a/z", "a/b", "C", "_x"]})
+    first, _, _ = pack(tmp_path)
+    second, _, _ = pack(tmp_path)
+    assert first == second
+    assert [e.path for e in first.entries] == sorted(e.path for e in first.entries)
