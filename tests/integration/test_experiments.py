@@ -123,7 +123,10 @@ def test_three_fixes_compared_and_the_project_untouched(
         assert (first.state, tests["parsed"], tests["failed"] + tests["errors"]) == (
             "failed", True, 3,
         )  # fmt: skip
-        assert len(tests["failing"]) == 3
+        assert sorted(name.rsplit(".", 1)[-1] for name in tests["failing"]) == [
+            "test_split_three_ways", "test_subtotal_of_line_items",
+            "test_tax_rounds_half_cents_up",
+        ]  # fmt: skip
         fixed = (FIXES / fix / "money.py").read_bytes()
         experiments.write_file(record.experiment_id, "money.py", fixed)
         after = experiments.run_tests(record.experiment_id)
@@ -134,6 +137,16 @@ def test_three_fixes_compared_and_the_project_untouched(
         assert [c["path"] for c in changes["modified"]] == ["money.py"], changes
         assert changes["created"] == [] and changes["deleted"] == []
         assert "--- a/money.py" in changes["diff"] and "+++ b/money.py" in changes["diff"]
+        # Exactly the fix: every added line is the fix file's, every removed the original's.
+        added = {line[1:] for line in changes["diff"].splitlines() if line.startswith("+")}
+        removed = {line[1:] for line in changes["diff"].splitlines() if line.startswith("-")}
+        fixed_lines = set(fixed.decode().splitlines())
+        original_lines = set((EXAMPLE / "money.py").read_text().splitlines())  # not the copy: atime
+        assert added - {"++ b/money.py"} <= fixed_lines
+        assert removed - {"-- a/money.py"} <= original_lines
+        kept = experiments.collect_artifacts(record.experiment_id, ["money.py"])
+        assert kept[0]["sha256"] == hashlib.sha256(fixed).hexdigest()
+        assert Path(kept[0]["stored_as"]).read_bytes() == fixed
 
     comparison = experiments.compare(ids)
     assert comparison["recommended"] == ids[1], comparison  # the Decimal fix

@@ -58,3 +58,15 @@ def test_a_job_ends_once_and_cancel_is_a_flag(tmp_path: Path) -> None:
         book.finish_job("job-1", "completed", {})
     with pytest.raises(StateError, match="not how a job ends"):
         book.finish_job("job-1", "running", {})
+
+
+def test_the_operator_sets_the_skip_names_and_bad_values_are_config_errors() -> None:
+    from pybox._core.errors import ConfigError
+    from pybox._core.experiment_settings import ExperimentSettings
+
+    settings = ExperimentSettings().with_settings({"skip_names": ["out", "*.tmp"]}, "f.toml")
+    assert settings.skip_names == ("out", "*.tmp")
+    for bad in ({"skip_names": "out"}, {"skip_names": ["a/b"]}, {"max_files": 0},
+                {"project_roots": [1]}, {"nope": 1}):  # fmt: skip
+        with pytest.raises(ConfigError, match=r"f\.toml"):
+            ExperimentSettings().with_settings(bad, "f.toml")

@@ -22,12 +22,15 @@ EXPERIMENT_NUMBERS: dict[str, tuple[str, int, int, int]] = {
     "max_file_mib": ("MiB", 1, 1024, MIB),
     "max_artifact_mib": ("MiB", 1, 4096, MIB),
 }
-EXPERIMENT_KEYS = (*EXPERIMENT_NUMBERS, "project_roots")
+EXPERIMENT_KEYS = (*EXPERIMENT_NUMBERS, "project_roots", "skip_names")
 
 
 @dataclass(frozen=True)
 class ExperimentSettings:
     project_roots: tuple[str, ...] = ()
+    # Folder names never copied as build output or caches; None: pybox's defaults
+    # (docs/experiments.md). Secret-shaped names are never copied, whatever this says.
+    skip_names: tuple[str, ...] | None = None
     max_files: int = 20_000
     max_project_bytes: int = 32 * MIB
     max_file_bytes: int = 8 * MIB
@@ -36,6 +39,7 @@ class ExperimentSettings:
     def to_dict(self) -> dict[str, object]:
         return {
             "project_roots": list(self.project_roots),
+            "skip_names": None if self.skip_names is None else list(self.skip_names),
             "max_files": self.max_files,
             "max_project_mib": self.max_project_bytes // MIB,
             "max_file_mib": self.max_file_bytes // MIB,
@@ -49,13 +53,18 @@ class ExperimentSettings:
         """Apply `[experiments]` settings; a bad value is a clear config error."""
         changes: dict[str, object] = {}
         for key, raw in values.items():
-            if key == "project_roots":
-                if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+            if key in ("project_roots", "skip_names"):
+                if not isinstance(raw, list) or not all(
+                    isinstance(item, str) and item and "/" not in item.strip("/")
+                    if key == "skip_names"
+                    else isinstance(item, str)
+                    for item in raw
+                ):
+                    what = "folder paths" if key == "project_roots" else "folder names"
                     raise ConfigError(
-                        f"{source}: experiments project_roots must be a list of folder paths, "
-                        f"not {raw!r}."
+                        f"{source}: experiments {key} must be a list of {what}, not {raw!r}."
                     )
-                changes["project_roots"] = tuple(raw)
+                changes[key] = tuple(raw)
                 continue
             if key not in EXPERIMENT_NUMBERS:
                 raise ConfigError(

@@ -75,7 +75,13 @@ class Experiments(ExperimentOperations):
 
     def policy(self) -> ProjectPolicy:
         roots = tuple(Path(root).expanduser() for root in self.settings.project_roots)
+        skip = (
+            {}
+            if self.settings.skip_names is None
+            else {"skip_names": frozenset(self.settings.skip_names)}
+        )
         return ProjectPolicy(
+            **skip,  # type: ignore[arg-type]
             allowed_roots=roots,
             max_files=self.settings.max_files,
             max_total_bytes=self.settings.max_project_bytes,
