@@ -157,8 +157,8 @@ def test_three_fixes_compared_and_the_project_untouched(
         assert was_live and final["state"] == "destroyed"
         again, was_live = experiments.destroy(experiment_id)  # idempotent
         assert not was_live and again["state"] == "destroyed"
-        kept = experiments.inspect_changes(experiment_id)  # after teardown: recorded
-        assert kept["recorded_at_teardown"] and kept["stats"]["modified"] == 1
+        recorded = experiments.inspect_changes(experiment_id)  # after teardown: recorded
+        assert recorded["recorded_at_teardown"] and recorded["stats"]["modified"] == 1
         sandbox_id = final["sandbox_id"]
         assert engine.inspect_container(f"pybox-{sandbox_id}") is None
         history = [h["to"] for h in final["history"]]

@@ -70,3 +70,14 @@ def test_env_accepts_a_mapping_or_pairs() -> None:
     assert _env(None) == ()
     with pytest.raises(InvalidRequest):
         _env(["A=1"])  # type: ignore[list-item]
+
+
+def test_every_error_pybox_raises_is_public() -> None:
+    """A caller can catch any of pybox's own errors by its public name."""
+    import inspect
+
+    from pybox._core import errors
+
+    for name, value in vars(errors).items():
+        if inspect.isclass(value) and issubclass(value, errors.PyboxError):
+            assert name in pybox.__all__ and getattr(pybox, name) is value, name
