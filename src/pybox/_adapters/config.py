@@ -30,6 +30,7 @@ from pybox._core.admission import ADMISSION_KEYS, AdmissionConfig
 from pybox._core.display import noun
 from pybox._core.errors import ConfigError
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
+from pybox._core.locations import config_path
 from pybox._core.pool import PoolSettings
 from pybox._core.repair import REPAIR_FIELDS_BY_KEY, RepairPolicy
 from pybox._core.sandbox_settings import SandboxSettings
@@ -132,9 +133,8 @@ def config_file_path(environ: Mapping[str, str], explicit: str | None) -> tuple[
         return Path(explicit), True
     if environ.get("PYBOX_CONFIG"):
         return Path(environ["PYBOX_CONFIG"]), True
-    xdg = environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".config"
-    return base / "pybox" / "config.toml", False
+    path, _ = config_path(environ, str(Path.home()), None)
+    return Path(path), False
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

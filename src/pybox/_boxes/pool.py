@@ -103,6 +103,16 @@ class PoolStats:
     last_error: str | None
 
 
+@dataclass(frozen=True)
+class ProfileStats:
+    """One profile's boxes: what it is for, how many wait, how many are starting."""
+
+    key: PoolKey
+    waiting: int
+    starting: int
+    in_use: int
+
+
 class WarmPool:
     """Thread-safe. `take()` never waits for a box: no box means the normal path."""
 
@@ -186,6 +196,13 @@ class WarmPool:
                 failed=self._failed,
                 last_error=next((p.last_error for p in profiles if p.last_error), None),
             )
+
+    def profile_stats(self) -> list[ProfileStats]:
+        with self._cond:
+            return [
+                ProfileStats(p.key, len(p.waiting), p.starting, p.in_use)
+                for p in self._profiles.values()
+            ]
 
     def wait_ready(self, key: PoolKey, timeout_s: float) -> bool:
         """Block until the profile has its boxes waiting (for warm-up and benchmarks)."""

@@ -45,7 +45,7 @@ from pybox._version import __version__
 # What only images, the VM, doctor and the warm pool need is imported where they
 # are used: a one-shot `pybox exec` does not pay for it.
 if TYPE_CHECKING:
-    from pybox._boxes.pool import PoolStats
+    from pybox._boxes.pool import PoolStats, ProfileStats
     from pybox._core.admission import AdmissionConfig
     from pybox._features.sandboxes.service import Sandboxes
     from pybox._features.store import Store
@@ -72,6 +72,7 @@ class Session(SessionImages):
         repair_policy: RepairPolicy | None = None,
         sandbox_settings: SandboxSettings | None = None,
         admission: AdmissionConfig | None = None,
+        pool_service: bool = False,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -86,6 +87,7 @@ class Session(SessionImages):
             )
         self._sampler_factory = sampler_factory
         self._runtime = runtime
+        self.pool_service = pool_service  # the CLI pool service's session
         self._environ = os.environ if environ is None else environ
         self._bootstrap = bootstrap_source()
         self._swept: int | None = None  # boxes the session's one sweep removed
@@ -122,6 +124,7 @@ class Session(SessionImages):
         *,
         warm_pool: bool = False,
         log: Callable[[str], None] | None = None,
+        pool_service: bool = False,
     ) -> Session:
         env = os.environ if environ is None else environ
         settings: Settings = load_settings(env, config_path)
@@ -138,6 +141,7 @@ class Session(SessionImages):
             repair_policy=settings.repair_policy,
             sandbox_settings=settings.sandboxes,
             admission=settings.admission,
+            pool_service=pool_service,
         )
 
     @property
@@ -176,6 +180,7 @@ class Session(SessionImages):
             sampler_factory=self._sampler_factory,
             runtime=self._runtime,
             confinement=self.confinement(),
+            pool_service=self.pool_service,
         )
 
     def box_context(self) -> BoxContext:
@@ -364,6 +369,10 @@ class Session(SessionImages):
 
     def pool_stats(self) -> PoolStats | None:
         return None if self._pool is None else self._pool.stats()
+
+    def pool_profiles(self) -> list[ProfileStats]:
+        """The warm pool's boxes per profile (none without a pool)."""
+        return [] if self._pool is None else self._pool.profile_stats()
 
     def close(self) -> list[str]:
         """Remove the warm pool's waiting boxes (return the names not confirmed gone);
