@@ -15,8 +15,8 @@ may have started.
 
 from __future__ import annotations
 
+import _socket  # not socket: its enums and selectors cost every run (~3 ms)
 import os
-import socket
 import sys
 
 from pybox._core.locations import config_path, pool_socket_path, state_dir_path
@@ -37,6 +37,7 @@ PREPARE_TIMEOUT_S = 30.0
 # exec's options that take no value; every other option takes one.
 _FLAGS = frozenset({"--json", "--quiet", "-q"})
 _COLD = frozenset({"-h", "--help", "--output"})  # printed or written here: run cold
+_COLD_PREFIXED = ("--help", "--output")
 
 
 class _Plan:
@@ -68,8 +69,8 @@ def _plan(argv: list[str]) -> _Plan | None:
         if item == "--":
             break
         name, eq, value = item.partition("=")
-        if name in _COLD or name.startswith("--output"):
-            return None
+        if name in _COLD or (len(name) > 2 and any(c.startswith(name) for c in _COLD_PREFIXED)):
+            return None  # argparse takes an unambiguous prefix: --out is --output
         if item == "-" or not item.startswith("-"):
             if plan.program is not None:
                 return None  # the parser refuses it: let the cold path say so
@@ -110,7 +111,7 @@ def _state_dir(config: str | None) -> str | None:
     return state
 
 
-def _read_all(sock: socket.socket, size: int) -> bytes:
+def _read_all(sock: _socket.socket, size: int) -> bytes:
     chunks, left = [], size
     while left:
         chunk = sock.recv(min(left, 1 << 20))
@@ -121,14 +122,14 @@ def _read_all(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _receive(sock: socket.socket) -> tuple[dict[str, object], bytes]:
+def _receive(sock: _socket.socket) -> tuple[dict[str, object], bytes]:
     header_len, body_len = frame_lengths(_read_all(sock, PREFIX.size), MAX_OUTPUT_BODY_BYTES)
     header = decode_header(_read_all(sock, header_len))
     return header, _read_all(sock, body_len) if body_len else b""
 
 
 class _Connection:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: _socket.socket) -> None:
         self.sock = sock
         self.closed_fds: set[int] = set()
 
@@ -207,18 +208,20 @@ def exec_through_service(argv: list[str]) -> tuple[int | None, bytes | None]:
     state = _state_dir(plan.config)
     if state is None:
         return None, None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(pool_socket_path(state))
     except OSError:
         sock.close()
         return None, None
     code_stdin = sys.stdin.buffer.read() if plan.program == "-" else None
-    with sock:
+    try:
         return _exchange(sock, plan, argv, code_stdin), code_stdin
+    finally:
+        sock.close()
 
 
-def _exchange(sock: socket.socket, plan: _Plan, argv: list[str], code: bytes | None) -> int | None:
+def _exchange(sock: _socket.socket, plan: _Plan, argv: list[str], code: bytes | None) -> int | None:
     frame = _request(plan, argv, code)
     if frame is None:
         return None
@@ -241,7 +244,8 @@ def _exchange(sock: socket.socket, plan: _Plan, argv: list[str], code: bytes | N
 
 
 def _follow(connection: _Connection) -> int:
-    import signal
+    # signal's enums cost ~1 ms; the C module does the same with plain numbers.
+    import _signal  # type: ignore[import-not-found,unused-ignore]
 
     stops = 0
 
@@ -252,7 +256,7 @@ def _follow(connection: _Connection) -> int:
             raise KeyboardInterrupt
         connection.send({"t": "cancel"})
 
-    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {n: _signal.signal(n, stop) for n in (_signal.SIGINT, _signal.SIGTERM)}
     try:
         while True:
             header, body = _receive(connection.sock)
@@ -275,7 +279,7 @@ def _follow(connection: _Connection) -> int:
         return EXIT_PYBOX_FAILED
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            _signal.signal(signum, handler)
 
 
 def _say(message: str) -> None:

@@ -58,12 +58,12 @@ def cmd_start(args: argparse.Namespace) -> int:
     if answer is not None and isinstance(answer.get("status"), dict):
         say(f"pybox: a pool service is already running (pid {answer['status'].get('pid')}).")
         return 0
-    from pybox._frontends.cli._poolservice import own_folder, pool_folder
+    from pybox._frontends.cli._poolservice import open_log, own_folder, pool_folder
 
     folder = own_folder(pool_folder(state))
     config = [] if args.config is None else ["--config", os.path.abspath(args.config)]
     log_path = folder / POOL_LOG
-    with open(log_path, "ab") as log:
+    with open_log(log_path) as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "pybox", *config, "pool", "serve"],
             stdin=subprocess.DEVNULL,

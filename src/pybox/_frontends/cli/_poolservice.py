@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pybox._core.errors import PyboxError, StateError
 from pybox._core.locations import POOL_FOLDER, POOL_LOG, POOL_SOCKET, config_path
@@ -64,6 +64,13 @@ def own_folder(folder: Path) -> Path:
         )
     os.chmod(folder, 0o700)
     return folder
+
+
+def open_log(path: Path) -> BinaryIO:
+    """The service's log, appended to, owner-only (0600) like its folder."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)  # one made before, by hand or by an older pybox
+    return os.fdopen(fd, "ab")
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:
@@ -128,8 +135,8 @@ class PoolService:
         line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()}: {message}\n"
         with self._log_lock:
             try:
-                with open(self._log_path, "a", encoding="utf-8") as handle:
-                    handle.write(line)
+                with open_log(self._log_path) as handle:
+                    handle.write(line.encode("utf-8", "backslashreplace"))
             except OSError:
                 pass
 
