@@ -57,7 +57,7 @@ class Service:
         self.env = env
         started = run_cli(["pool", "start"], env)
         assert started.returncode == 0, started.stderr.decode()
-        self.pid = int(self.status()["pid"])
+        self.pid = int(str(self.status()["pid"]))
 
     def status(self) -> dict[str, object]:
         result = run_cli(["pool", "status", "--json"], self.env)

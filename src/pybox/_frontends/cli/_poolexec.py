@@ -51,6 +51,7 @@ class Link:
         self.closed_fds: set[int] = set()
         self.cancel = threading.Event()
         self.gone = False
+        self.handed_over = False  # the client said go: from now on it never runs cold
 
     def send(self, header: dict[str, object], body: bytes = b"") -> None:
         with self._lock:
@@ -98,6 +99,8 @@ class RelayedStream:
 
     def write(self, data: str | bytes) -> int:
         raw = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else bytes(data)
+        if not self._link.handed_over:
+            return len(data)  # before go (a refusal the cold path will print): not shown
         if self._fd in self._link.closed_fds or self._link.gone:
             raise BrokenPipeError(f"the client's fd {self._fd} was closed")
         for at in range(0, len(raw), MAX_OUTPUT_BODY_BYTES):
@@ -177,10 +180,7 @@ def run_for_client(
     run_request = build_request(args, request)
     out = RelayedStream(link, 1, request.tty_out, request.term).as_text()
     err = RelayedStream(link, 2, request.tty_err, request.term).as_text()
-    handed_over = False
-
     def before_run(prepared: PreparedRun) -> None:
-        nonlocal handed_over
         link.send({"t": "prepared", "run_id": prepared.run_id})
         link.sock.settimeout(GO_TIMEOUT_S)
         try:
@@ -190,7 +190,7 @@ def run_for_client(
         if header.get("t") != "go":
             raise Fallback("the client did not say go")
         link.sock.settimeout(None)
-        handed_over = True
+        link.handed_over = True
         threading.Thread(target=link.follow, name="pybox-pool-client", daemon=True).start()
 
     try:
@@ -207,7 +207,7 @@ def run_for_client(
     except Fallback:
         raise
     except Exception as exc:
-        if not handed_over:
+        if not link.handed_over:
             raise Fallback(f"{type(exc).__name__}: {exc}") from None
         try:
             code = command_failed(exc, err)
