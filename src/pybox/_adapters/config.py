@@ -37,6 +37,7 @@ from pybox._core.sandbox_settings import SandboxSettings
 
 POOL_ENV = {
     "PYBOX_POOL_BOXES": "boxes_per_profile",
+    "PYBOX_POOL_MAX_BOXES": "max_boxes_per_profile",
     "PYBOX_POOL_IDLE_S": "idle_s",
     "PYBOX_POOL_MEMORY_MIB": "memory_budget_mib",
 }

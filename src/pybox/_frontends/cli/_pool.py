@@ -133,7 +133,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(
             f"  profile:  {p['image']} ({p['image_id'][:19]}), {p['memory_mib']} MiB, "
             f"{p['timeout_s']:g} s, {p['code_name']}: {p['waiting']} waiting, "
-            f"{p['starting']} starting, {p['in_use']} in use"
+            f"{p['starting']} starting, {p['in_use']} in use (keeps {p['target']} ready, "
+            f"{p['misses']} misses)"
         )
     if status.get("last_error"):
         lines.append(f"  last error: {status['last_error']}")

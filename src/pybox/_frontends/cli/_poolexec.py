@@ -180,6 +180,7 @@ def run_for_client(
     run_request = build_request(args, request)
     out = RelayedStream(link, 1, request.tty_out, request.term).as_text()
     err = RelayedStream(link, 2, request.tty_err, request.term).as_text()
+
     def before_run(prepared: PreparedRun) -> None:
         link.send({"t": "prepared", "run_id": prepared.run_id})
         link.sock.settimeout(GO_TIMEOUT_S)

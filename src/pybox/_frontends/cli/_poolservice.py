@@ -156,6 +156,8 @@ class PoolService:
                 "waiting": p.waiting,
                 "starting": p.starting,
                 "in_use": p.in_use,
+                "target": p.target,
+                "misses": p.misses,
             }
             for p in self.session.pool_profiles()
         ]
