@@ -171,8 +171,9 @@ def build_request(args: argparse.Namespace, request: ExecRequest) -> RunRequest:
 
 def run_for_client(
     session: Session, link: Link, request: ExecRequest, own_config: str | None
-) -> str:
-    """Run the client's exec; "served", or raise Fallback before anything ran."""
+) -> int:
+    """Run the client's exec and present it; its exit code (for the caller to send),
+    or raise Fallback before anything ran."""
     from pybox._frontends.cli import command_failed
     from pybox._frontends.cli._exec import exec_in_session
 
@@ -214,8 +215,4 @@ def run_for_client(
             code = command_failed(exc, err)
         except OSError:  # the client is gone
             code = 125
-    try:
-        link.send({"t": "exit", "code": code})
-    except OSError:
-        pass  # the client is gone; its run is over and recorded
-    return "served"
+    return code

@@ -283,13 +283,17 @@ class PoolService:
         try:
             request = ExecRequest(header, body)
             self._check_identity(request.identity)
-            run_for_client(self.session, link, request, self.config)
+            code = run_for_client(self.session, link, request, self.config)
         except (Fallback, WireError) as exc:
             self._count("fallbacks")
             self.log(f"pid {pid} runs cold: {exc}")
             self._say_fallback(conn, str(exc))
             return
-        self._count("served")
+        self._count("served")  # before the client hears the end: its status sees it
+        try:
+            link.send({"t": "exit", "code": code})
+        except OSError:
+            pass  # the client is gone; its run is over and recorded
 
     def _check_identity(self, identity: Mapping[str, str]) -> None:
         if identity != self.identity:
