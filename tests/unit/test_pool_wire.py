@@ -17,9 +17,11 @@ from pybox._core.poolwire import (
     ExecRequest,
     WireError,
     decode_header,
+    dumps,
     encode_frame,
     frame_lengths,
     identity_of,
+    loads,
 )
 from pybox._frontends.poolclient import _plan
 
@@ -159,3 +161,32 @@ def test_the_client_reads_what_a_plain_exec_names() -> None:
 )
 def test_anything_else_runs_cold(argv: list[str]) -> None:
     assert _plan(argv) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"t": "exec", "argv": ["a", "é", '\x00\n"\\', "\ud800"], "n": [0, -1, 10**20]},
+        {"nested": {"x": [True, False, None, 1.5]}, "empty": {}, "list": []},
+        "just a string",
+    ],
+)
+def test_the_wire_json_is_jsons(value: object) -> None:
+    text = dumps(value)
+    assert text == json.dumps(value, separators=(",", ":"))
+    assert loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["NaN", "[Infinity]", '{"a": 1} x', " {}", "", "{'a': 1}", '{"a": 1,}', "[" * 100000]
+)
+def test_the_wire_json_refuses_what_is_not_json(text: str) -> None:
+    with pytest.raises((ValueError, RecursionError)):
+        loads(text)
+    with pytest.raises(WireError):
+        decode_header(text.encode())
+
+
+def test_the_wire_json_writes_no_nan() -> None:
+    with pytest.raises(ValueError):
+        dumps({"x": float("nan")})

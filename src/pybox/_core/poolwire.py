@@ -21,7 +21,6 @@ The exchange (`docs/pool.md`):
 
 from __future__ import annotations
 
-import json
 import struct
 
 from pybox._core.errors import InvalidRequest
@@ -51,8 +50,64 @@ class WireError(InvalidRequest):
     """A frame that does not follow the pool service's wire."""
 
 
+# JSON through the C functions the json module itself uses: importing json brings
+# re, enum and collections (about 8 ms of the client's start-up). Same parser,
+# same checks; an error still raises json's own JSONDecodeError (a ValueError).
+try:
+    import _json
+except ImportError:  # pragma: no cover - not CPython: the json module
+    _json = None  # type: ignore[assignment,unused-ignore]
+
+
+class _Scanning:
+    """What the C scanner reads of its context (json.decoder.JSONDecoder's)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    array_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name: str) -> object:
+        raise ValueError(f"{name} is not a number here")
+
+
+def _refuse(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def dumps(value: object) -> str:
+    """Compact JSON, ASCII only, no NaN: json.dumps(value, separators=(",", ":"))."""
+    if _json is None:  # pragma: no cover
+        import json
+
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    encoder = _json.make_encoder(
+        None, _refuse, _json.encode_basestring_ascii, None, ":", ",", False, False, False
+    )
+    return "".join(encoder(value, 0))
+
+
+def loads(text: str) -> object:
+    """json.loads(text), without whitespace around the value; ValueError when bad."""
+    if _json is None:  # pragma: no cover
+        import json
+
+        return json.loads(text)
+    scanner = _json.make_scanner(_Scanning)  # type: ignore[arg-type]
+    try:
+        value, end = scanner(text, 0)
+    except StopIteration:
+        raise ValueError("not a JSON value") from None
+    if end != len(text):
+        raise ValueError(f"extra data at {end}")
+    return value
+
+
 def encode_frame(header: dict[str, object], body: bytes = b"") -> bytes:
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw = dumps(header).encode("ascii")
     return PREFIX.pack(len(raw), len(body)) + raw + body
 
 
@@ -70,8 +125,8 @@ def frame_lengths(prefix: bytes, max_body_bytes: int) -> tuple[int, int]:
 
 def decode_header(raw: bytes) -> dict[str, object]:
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        header = loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise WireError(f"A frame's header is not JSON: {exc}.") from None
     if not isinstance(header, dict) or not isinstance(header.get("t"), str):
         raise WireError("A frame's header must be a JSON object with a string 't'.")
