@@ -18,7 +18,7 @@ from pybox._core.poolwire import WIRE_VERSION, encode_frame
 from pybox._frontends.cli._common import Commands, open_session, say
 
 START_WAIT_S = 30.0
-STOP_WAIT_S = 60.0
+STOP_WAIT_S = 150.0  # runs in progress may end first (the service gives them 120 s)
 
 
 def _ask(socket_path: str, request: str, timeout_s: float = 5.0) -> dict[str, Any] | None:

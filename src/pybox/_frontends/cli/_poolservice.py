@@ -40,6 +40,8 @@ from pybox._frontends.cli._poolexec import Fallback, Link, run_for_client
 from pybox._orchestration.session import Session
 
 FIRST_FRAME_TIMEOUT_S = 10.0
+# On stop, runs in progress may finish for this long before their boxes are removed.
+STOP_GRACE_S = 120.0
 MAX_CLIENTS = 64  # connections served at once; more are told to run cold
 POOL_JSON_VERSION = 1
 
@@ -128,6 +130,7 @@ class PoolService:
         self._counts_lock = threading.Lock()
         self.started_at = time.time()
         self._listener: socket.socket | None = None
+        self._threads: set[threading.Thread] = set()
 
     # -- the log and the numbers ------------------------------------------------------
 
@@ -219,18 +222,30 @@ class PoolService:
                 self._say_fallback(conn, "the service is serving as many clients as it can")
                 conn.close()
                 continue
-            threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
+            thread = threading.Thread(target=self._serve_one, args=(conn,), daemon=True)
+            with self._counts_lock:
+                self._threads = {t for t in self._threads if t.is_alive()} | {thread}
+            thread.start()
 
     def stop(self) -> None:
         self._stop.set()
 
     def close(self) -> None:
+        """Stop listening, let the runs in progress end (within STOP_GRACE_S), then
+        remove every waiting box, confirmed."""
         if self._listener is not None:
             self._listener.close()
         try:
             os.unlink(self.socket_path)
         except OSError:
             pass
+        deadline = time.monotonic() + STOP_GRACE_S
+        with self._counts_lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+        if any(thread.is_alive() for thread in threads):
+            self.log(f"stopping with runs still going after {STOP_GRACE_S:g} s")
         left = self.session.close()
         if left:
             self.log(f"stopping: {len(left)} boxes not confirmed removed ({', '.join(left)})")
