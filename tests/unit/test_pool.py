@@ -323,3 +323,15 @@ def test_the_memory_budget_bounds_a_growing_pool(engine: FakeEngine, state: Stat
         assert pool.stats().waiting + pool.stats().starting == 2
     finally:
         pool.close()
+
+
+def test_the_most_boxes_per_profile_is_a_setting(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[pool]\nmax_boxes_per_profile = 4\n")
+    env = {"PYBOX_STATE_DIR": str(tmp_path)}
+    assert load_settings(env, str(config)).pool.max_boxes_per_profile == 4
+    env["PYBOX_POOL_MAX_BOXES"] = "5"
+    assert load_settings(env, str(config)).pool.max_boxes_per_profile == 5
+    assert PoolSettings().max_boxes_per_profile == 8
+    with pytest.raises(ConfigError, match="whole number"):
+        PoolSettings().with_settings({"max_boxes_per_profile": "2.5"}, "test")

@@ -240,3 +240,34 @@ def test_the_client_imports_almost_nothing(state: StateStore, tmp_path: Path) ->
         "pybox._frontends",
         "pybox._frontends.poolclient",
     }
+
+
+def test_pool_status_json_is_versioned(
+    state: StateStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pybox._frontends.cli import main
+
+    assert main(["pool", "status", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record == {
+        "pybox_pool_version": 1,
+        "running": False,
+        "socket": pool_socket_path(str(state.root)),
+    }
+
+
+def test_pool_status_of_a_running_service(
+    service: PoolService, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pybox._frontends.cli import main
+
+    assert main(["pool", "status", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["pybox_pool_version"] == 1 and record["running"] is True
+    assert record["pid"] == os.getpid() and record["socket"] == str(service.socket_path)
+    expected = {"profiles", "hits", "misses", "served", "fallbacks", "refused", "started_at"}
+    assert expected <= set(record)
+    assert main(["pool", "status"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"pool service: pid {os.getpid()}, since ")
+    assert "0 served, 0 ran cold, 0 refused (another uid)" in text
