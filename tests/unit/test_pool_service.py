@@ -271,3 +271,27 @@ def test_pool_status_of_a_running_service(
     text = capsys.readouterr().out
     assert text.startswith(f"pool service: pid {os.getpid()}, since ")
     assert "0 served, 0 ran cold, 0 refused (another uid)" in text
+
+
+def test_on_a_terminal_the_service_shows_output_as_a_cold_run_does(
+    service: PoolService,
+    engine: FakeEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The client says its streams are terminals: the program's escapes are shown
+    as text and pybox's mark is drawn, by the cold run's own code."""
+    from pybox._frontends.cli._common import MARK_ON, TERMINAL_RESET
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setattr(os, "isatty", lambda fd: fd in (1, 2))
+    engine.script = Script(stdout=b"out \x1b[2J", stderr=b"\x1b]2;title", exit_code=0)
+    (tmp_path / "job.py").write_text("...\n")
+    code, _ = exec_through_service(["exec", "-q", "job.py"])
+    shown = capfd.readouterr()
+    assert code == 0
+    assert shown.out == "out \\x1b[2J"
+    program, _, pybox = shown.err.partition(TERMINAL_RESET)
+    assert program == "\\x1b]2;title"
+    assert pybox.startswith(f"\n{MARK_ON}pybox:\x1b[0m succeeded, exit 0")
