@@ -176,6 +176,8 @@ def _fake_service(state: StateStore, after_exec: str) -> threading.Thread:
     def serve() -> None:
         conn, _ = listener.accept()
         with conn, listener:
+            if after_exec == "accept only":
+                return
             receive(conn)
             if after_exec == "close":
                 return
@@ -295,3 +297,23 @@ def test_on_a_terminal_the_service_shows_output_as_a_cold_run_does(
     program, _, pybox = shown.err.partition(TERMINAL_RESET)
     assert program == "\\x1b]2;title"
     assert pybox.startswith(f"\n{MARK_ON}pybox:\x1b[0m succeeded, exit 0")
+
+
+def test_ctrl_c_before_go_stops_without_running(
+    state: StateStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    from pybox._frontends import poolclient
+
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    thread = _fake_service(state, "accept only")
+
+    def interrupted(*args: object) -> int | None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(poolclient, "_exchange", interrupted)
+    assert exec_through_service(["exec", "job.py"]) == (130, None)
+    assert "stopped before a box was started" in capfd.readouterr().err
+    thread.join(timeout=10)

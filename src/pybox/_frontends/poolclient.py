@@ -33,6 +33,7 @@ from pybox._core.poolwire import (
 )
 
 EXIT_PYBOX_FAILED = 125
+EXIT_STOPPED = 130
 PREPARE_TIMEOUT_S = 30.0
 # exec's options that take no value; every other option takes one.
 _FLAGS = frozenset({"--json", "--quiet", "-q"})
@@ -214,9 +215,12 @@ def exec_through_service(argv: list[str]) -> tuple[int | None, bytes | None]:
     except OSError:
         sock.close()
         return None, None
-    code_stdin = sys.stdin.buffer.read() if plan.program == "-" else None
     try:
+        code_stdin = sys.stdin.buffer.read() if plan.program == "-" else None
         return _exchange(sock, plan, argv, code_stdin), code_stdin
+    except KeyboardInterrupt:  # before go: nothing ran (after it, _follow answers)
+        _say("pybox: stopped before a box was started.")
+        return EXIT_STOPPED, None
     finally:
         sock.close()
 
@@ -269,7 +273,7 @@ def _follow(connection: _Connection) -> int:
                 raise WireError(f"unexpected frame {kind!r}")
     except KeyboardInterrupt:
         _say("pybox: stopped; the pool service ends the run and removes its box.")
-        return 130
+        return EXIT_STOPPED
     except (OSError, WireError) as exc:
         _say(
             f"pybox: the pool service's connection failed after the run was handed over "
