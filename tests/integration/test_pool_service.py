@@ -182,7 +182,10 @@ except OSError as exc:
     print(json.dumps({"connect": exc.__class__.__name__}))
     raise SystemExit(0)
 raw = json.dumps({"t": "status", "wire": 1}).encode()
-sock.sendall(struct.pack("!II", len(raw), 0) + raw)
+try:
+    sock.sendall(struct.pack("!II", len(raw), 0) + raw)
+except OSError:
+    pass  # refused before the request was read: the answer is still there to read
 prefix = sock.recv(8, socket.MSG_WAITALL)
 size = struct.unpack("!II", prefix)[0] if len(prefix) == 8 else 0
 print(json.dumps({"answer": json.loads(sock.recv(size, socket.MSG_WAITALL)) if size else None}))
