@@ -142,7 +142,9 @@ def parse_exec(request: ExecRequest, own_config: str | None) -> argparse.Namespa
         raise Fallback("not an exec command")
     if args.output is not None:
         raise Fallback("--output writes files in the client's process: run cold")
-    given = None if args.config is None else os.path.join(request.cwd, args.config)
+    given = (
+        None if args.config is None else os.path.normpath(os.path.join(request.cwd, args.config))
+    )
     mine = None if own_config is None else os.path.abspath(own_config)
     if given != mine:
         raise Fallback(f"--config {given} is not the service's ({mine})")
