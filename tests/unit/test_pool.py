@@ -271,3 +271,67 @@ def test_a_box_that_waited_its_idle_time_is_not_taken(
     finally:
         assert pool.close() == []
     assert box.spec.name not in [c.name for c in engine.containers.values()]
+
+
+def test_the_pool_keeps_more_ready_while_runs_miss_and_fewer_when_they_stop(
+    engine: FakeEngine, state: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sized to demand within the budget: each miss keeps one more box of that kind
+    ready (up to the most allowed); without misses it falls back to the base."""
+    from pybox._boxes import pool as pool_module
+
+    settings = PoolSettings(boxes_per_profile=1, max_boxes_per_profile=3)
+    pool = WarmPool(lambda: make_context(engine, state), settings)
+    key = PoolKey.of(state.image("stdlib"), Policy().resolve(LimitRequest()), "main.py")  # type: ignore[arg-type]
+
+    def profile() -> pool_module.ProfileStats:
+        (found,) = pool.profile_stats()
+        return found
+
+    try:
+        assert pool.wait_ready(key, 5.0)
+        taken = [pool.take(key)]
+        assert taken[0] is not None
+        assert pool.take(key) is None and pool.take(key) is None  # two misses
+        assert profile().target == 3 and profile().misses == 2
+        assert pool.take(key) is None  # no further than the most allowed
+        assert profile().target == 3
+        # In demand, the replacements start at once: no wait for the run to end.
+        wait_for(lambda: profile().waiting == 3)
+        assert profile().in_use == 1
+        pool.done(key, taken[0])
+        # Demand falls: one box fewer per quiet period, never below the base.
+        monkeypatch.setattr(pool_module, "SHRINK_AFTER_S", 0.05)
+        wait_for(lambda: profile().target == 1 and profile().waiting == 1)
+    finally:
+        assert pool.close() == []
+
+
+def test_the_memory_budget_bounds_a_growing_pool(engine: FakeEngine, state: StateStore) -> None:
+    limits = Policy().resolve(LimitRequest())
+    settings = PoolSettings(
+        boxes_per_profile=1, max_boxes_per_profile=8, memory_budget_bytes=2 * limits.memory_bytes
+    )
+    pool = WarmPool(lambda: make_context(engine, state), settings)
+    key = PoolKey.of(state.image("stdlib"), limits, "main.py")  # type: ignore[arg-type]
+    try:
+        assert pool.wait_ready(key, 5.0)
+        for _ in range(4):
+            pool.take(key)
+        wait_for(lambda: pool.stats().waiting == 2)
+        time.sleep(0.3)
+        assert pool.stats().waiting + pool.stats().starting == 2
+    finally:
+        pool.close()
+
+
+def test_the_most_boxes_per_profile_is_a_setting(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[pool]\nmax_boxes_per_profile = 4\n")
+    env = {"PYBOX_STATE_DIR": str(tmp_path)}
+    assert load_settings(env, str(config)).pool.max_boxes_per_profile == 4
+    env["PYBOX_POOL_MAX_BOXES"] = "5"
+    assert load_settings(env, str(config)).pool.max_boxes_per_profile == 5
+    assert PoolSettings().max_boxes_per_profile == 8
+    with pytest.raises(ConfigError, match="whole number"):
+        PoolSettings().with_settings({"max_boxes_per_profile": "2.5"}, "test")

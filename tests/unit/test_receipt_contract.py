@@ -124,6 +124,7 @@ PINNED = {
         "box_source",
         "box_created_at",
         "box_waited_s",
+        "pool_service",
     ],
     "reported_by_program": [
         "exit_code",

@@ -31,12 +31,14 @@ from pybox._core.display import noun
 from pybox._core.errors import ConfigError
 from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
+from pybox._core.locations import config_path
 from pybox._core.pool import PoolSettings
 from pybox._core.repair import REPAIR_FIELDS_BY_KEY, RepairPolicy
 from pybox._core.sandbox_settings import SandboxSettings
 
 POOL_ENV = {
     "PYBOX_POOL_BOXES": "boxes_per_profile",
+    "PYBOX_POOL_MAX_BOXES": "max_boxes_per_profile",
     "PYBOX_POOL_IDLE_S": "idle_s",
     "PYBOX_POOL_MEMORY_MIB": "memory_budget_mib",
 }
@@ -135,9 +137,8 @@ def config_file_path(environ: Mapping[str, str], explicit: str | None) -> tuple[
         return Path(explicit), True
     if environ.get("PYBOX_CONFIG"):
         return Path(environ["PYBOX_CONFIG"]), True
-    xdg = environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".config"
-    return base / "pybox" / "config.toml", False
+    path, _ = config_path(environ, str(Path.home()), None)
+    return Path(path), False
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

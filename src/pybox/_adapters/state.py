@@ -15,15 +15,13 @@ from typing import Any
 
 from pybox._core.errors import StateError
 from pybox._core.images import ImageRecord
+from pybox._core.locations import state_dir_path
 
 
 def default_state_dir(environ: Mapping[str, str]) -> Path:
-    explicit = environ.get("PYBOX_STATE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".local" / "state"
-    return base / "pybox"
+    if environ.get("PYBOX_STATE_DIR"):
+        return Path(environ["PYBOX_STATE_DIR"])
+    return Path(state_dir_path(environ, str(Path.home())))
 
 
 class StateStore:

@@ -11,6 +11,13 @@ once something asked for it; it is emptied when nobody asked for it for
 `idle_s`, and a box that waited that long is replaced, so no box waits
 forever. The sum of the waiting boxes' memory limits stays within the budget.
 
+The pool sizes itself to demand: each profile starts at `boxes_per_profile`;
+a run that finds no box ready raises that profile's target by one (up to
+`max_boxes_per_profile`, and the budget), and while runs miss, replacements
+start at once instead of waiting for the run to end. After `SHRINK_AFTER_S`
+without a miss the target falls by one (not below `boxes_per_profile`), and
+a box beyond it is removed.
+
 Waiting boxes carry the owner and expiry labels of every box, so a crashed
 pybox's pool is swept like any leftover; and a waiting box's bootstrap exits
 as soon as its owner's connection closes.
@@ -44,6 +51,11 @@ FAILURE_BACKOFF_S = (1.0, 5.0, 30.0, 120.0)
 REFILL_HOLD_S = 1.0
 # With no slot free for a box, look again after this long (not a failure).
 SLOT_RETRY_S = 1.0
+# A profile whose runs missed within this long is in demand: its replacements
+# start at once (the hold above is for a caller with think-time).
+DEMAND_WINDOW_S = 10.0
+# Without a miss for this long, a profile's target falls by one box.
+SHRINK_AFTER_S = 30.0
 
 
 class Held(Protocol):
@@ -89,6 +101,10 @@ class _Profile:
     last_error: str | None = None
     hold_until: float = 0.0
     in_use: int = 0
+    misses: int = 0
+    target: int = 0  # how many boxes to keep waiting (grows with misses)
+    last_miss: float = float("-inf")
+    last_resize: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,18 @@ class PoolStats:
     started: int
     failed: int
     last_error: str | None
+
+
+@dataclass(frozen=True)
+class ProfileStats:
+    """One profile's boxes: what it is for, how many wait, how many are starting."""
+
+    key: PoolKey
+    waiting: int
+    starting: int
+    in_use: int
+    target: int
+    misses: int
 
 
 class WarmPool:
@@ -140,8 +168,11 @@ class WarmPool:
         """
         with self._cond:
             profile = self._touch(key)
-            if profile is None or not profile.waiting:
+            if profile is None:
                 self._missed += 1
+                return None
+            if not profile.waiting:
+                self._miss(profile)
                 return None
             while profile.waiting:
                 box = profile.waiting.pop(0)
@@ -157,8 +188,18 @@ class WarmPool:
                 profile.in_use += 1
                 profile.hold_until = time.monotonic() + REFILL_HOLD_S
                 return box
-            self._missed += 1
+            self._miss(profile)
             return None
+
+    def _miss(self, profile: _Profile) -> None:
+        """No box was ready: count it, and keep one more ready from now on. Caller
+        holds the lock."""
+        self._missed += 1
+        profile.misses += 1
+        profile.last_miss = profile.last_resize = time.monotonic()
+        ceiling = max(self.settings.max_boxes_per_profile, self.settings.boxes_per_profile)
+        profile.target = min(profile.target + 1, ceiling)
+        self._cond.notify_all()
 
     def done(self, key: PoolKey, box: Box | None = None) -> None:
         """The run that took `box` of this profile has ended (the box is removed):
@@ -186,6 +227,13 @@ class WarmPool:
                 failed=self._failed,
                 last_error=next((p.last_error for p in profiles if p.last_error), None),
             )
+
+    def profile_stats(self) -> list[ProfileStats]:
+        with self._cond:
+            return [
+                ProfileStats(p.key, len(p.waiting), p.starting, p.in_use, p.target, p.misses)
+                for p in self._profiles.values()
+            ]
 
     def wait_ready(self, key: PoolKey, timeout_s: float) -> bool:
         """Block until the profile has its boxes waiting (for warm-up and benchmarks)."""
@@ -226,7 +274,9 @@ class WarmPool:
         if profile is None:
             if key.limits.memory_bytes > self.settings.memory_budget_bytes:
                 return None
-            profile = self._profiles[key] = _Profile(key, now)
+            profile = self._profiles[key] = _Profile(
+                key, now, target=self.settings.boxes_per_profile, last_resize=now
+            )
         profile.last_asked = now
         if self._worker is None:
             self._worker = threading.Thread(target=self._work, name="pybox-pool", daemon=True)
@@ -261,13 +311,20 @@ class WarmPool:
                 if now - box.ready_at > idle_s:
                     profile.waiting.remove(box)
                     return "discard", profile, box
+            base = self.settings.boxes_per_profile
+            if profile.target > base and now - profile.last_resize > SHRINK_AFTER_S:
+                profile.target, profile.last_resize = profile.target - 1, now  # demand fell
+            if len(profile.waiting) > profile.target:
+                return "discard", profile, profile.waiting.pop(0)
         for profile in self._profiles.values():
-            short = len(profile.waiting) + profile.starting < self.settings.boxes_per_profile
+            short = len(profile.waiting) + profile.starting < profile.target
             room = (
                 self._committed_memory() + profile.key.limits.memory_bytes
                 <= self.settings.memory_budget_bytes
             )
-            if short and room and now >= max(profile.retry_at, profile.hold_until):
+            in_demand = now - profile.last_miss < DEMAND_WINDOW_S
+            hold = 0.0 if in_demand else profile.hold_until
+            if short and room and now >= max(profile.retry_at, hold):
                 profile.starting += 1
                 return "start", profile, None
         return None

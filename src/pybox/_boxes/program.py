@@ -458,4 +458,5 @@ class ProgramRun:
             skipped_files=tuple(files.skipped) if files is not None else (),
             skipped_more=files.skipped_more if files is not None else 0,
             leftovers_swept=self.leftovers_swept,
+            pool_service=box.context.pool_service,
         )

@@ -108,6 +108,7 @@ def build_receipt(record: RunRecord) -> Receipt:
             box_source=record.box_source,
             box_created_at=record.box_created_at,
             box_waited_s=record.box_waited_s,
+            pool_service=record.pool_service,
         ),
         reported_by_program=ProgramReported(
             exit_code=_int_or_none(exit_info.get("exit_code")),

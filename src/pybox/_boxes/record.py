@@ -79,6 +79,7 @@ class RunRecord:
     # Where the box's own words are in `files_lost` and `sandbox_error`, if there.
     files_lost_quote: BoxQuote | None = None
     sandbox_error_quote: BoxQuote | None = None
+    pool_service: bool = False  # run by the CLI pool service for a `pybox exec`
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ class BoxContext:
     # Sessions pass the engine's own; a context made without one assumes a
     # local engine that reports nothing (this machine's AppArmor decides).
     confinement: Confinement = field(default_factory=lambda: confinement({}, local_host=True))
+    # The CLI pool service's session (`pybox pool start`): its runs' receipts say so.
+    pool_service: bool = False
 
 
 def new_run_id() -> str:

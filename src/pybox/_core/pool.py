@@ -11,6 +11,7 @@ from pybox._core.limits import MIB
 # setting key -> (attribute, unit in messages, smallest allowed, largest allowed)
 POOL_KEYS: dict[str, tuple[str, str, float, float]] = {
     "boxes_per_profile": ("boxes_per_profile", "boxes", 0, 16),
+    "max_boxes_per_profile": ("max_boxes_per_profile", "boxes", 0, 64),
     "idle_s": ("idle_s", "seconds", 1, 86400),
     "memory_budget_mib": ("memory_budget_bytes", "MiB", 0, 1 << 20),
 }
@@ -20,12 +21,15 @@ POOL_KEYS: dict[str, tuple[str, str, float, float]] = {
 class PoolSettings:
     """How many single-use boxes wait per profile, for how long, within what memory.
 
+    Each profile keeps `boxes_per_profile` waiting, and more while runs find
+    none ready, up to `max_boxes_per_profile` (never below `boxes_per_profile`).
     `memory_budget_bytes` bounds the sum of the waiting boxes' memory limits.
     """
 
     boxes_per_profile: int = 2
     idle_s: float = 300.0
     memory_budget_bytes: int = 2048 * MIB
+    max_boxes_per_profile: int = 8
 
     def with_settings(self, values: Mapping[str, object], source: str) -> PoolSettings:
         """Apply `[pool]` settings (user units); a bad value is a clear config error."""
@@ -47,7 +51,7 @@ class PoolSettings:
                 )
             if key == "memory_budget_mib":
                 changes[attr] = int(number * MIB)
-            elif key == "boxes_per_profile":
+            elif key in ("boxes_per_profile", "max_boxes_per_profile"):
                 if number != int(number):
                     raise ConfigError(f"{source}: pool {key} must be a whole number, not {raw!r}.")
                 changes[attr] = int(number)

@@ -222,6 +222,8 @@ class PyboxObserved:
     box_source: str = "fresh"
     box_created_at: str | None = None
     box_waited_s: float | None = None
+    # True when the CLI pool service (`pybox pool start`) ran it for `pybox exec`.
+    pool_service: bool = False
 
 
 @dataclass(frozen=True)

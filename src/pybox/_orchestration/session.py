@@ -46,7 +46,7 @@ from pybox._version import __version__
 # What only images, the VM, doctor and the warm pool need is imported where they
 # are used: a one-shot `pybox exec` does not pay for it.
 if TYPE_CHECKING:
-    from pybox._boxes.pool import PoolStats
+    from pybox._boxes.pool import PoolStats, ProfileStats
     from pybox._core.admission import AdmissionConfig
     from pybox._features.experiments.service import Experiments
     from pybox._features.sandboxes.service import Sandboxes
@@ -75,6 +75,7 @@ class Session(SessionImages):
         sandbox_settings: SandboxSettings | None = None,
         admission: AdmissionConfig | None = None,
         experiment_settings: ExperimentSettings | None = None,
+        pool_service: bool = False,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -89,6 +90,7 @@ class Session(SessionImages):
             )
         self._sampler_factory = sampler_factory
         self._runtime = runtime
+        self.pool_service = pool_service  # the CLI pool service's session
         self._environ = os.environ if environ is None else environ
         self._bootstrap = bootstrap_source()
         self._swept: int | None = None  # boxes the session's one sweep removed
@@ -128,6 +130,7 @@ class Session(SessionImages):
         *,
         warm_pool: bool = False,
         log: Callable[[str], None] | None = None,
+        pool_service: bool = False,
     ) -> Session:
         env = os.environ if environ is None else environ
         settings: Settings = load_settings(env, config_path)
@@ -145,6 +148,7 @@ class Session(SessionImages):
             sandbox_settings=settings.sandboxes,
             admission=settings.admission,
             experiment_settings=settings.experiments,
+            pool_service=pool_service,
         )
 
     @property
@@ -183,6 +187,7 @@ class Session(SessionImages):
             sampler_factory=self._sampler_factory,
             runtime=self._runtime,
             confinement=self.confinement(),
+            pool_service=self.pool_service,
         )
 
     def box_context(self) -> BoxContext:
@@ -385,6 +390,10 @@ class Session(SessionImages):
 
     def pool_stats(self) -> PoolStats | None:
         return None if self._pool is None else self._pool.stats()
+
+    def pool_profiles(self) -> list[ProfileStats]:
+        """The warm pool's boxes per profile (none without a pool)."""
+        return [] if self._pool is None else self._pool.profile_stats()
 
     def close(self) -> list[str]:
         """Remove the warm pool's waiting boxes (return the names not confirmed gone);

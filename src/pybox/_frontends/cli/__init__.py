@@ -45,7 +45,7 @@ from pybox._version import __version__
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any
+    from typing import Any, TextIO
 
     _SubParsers = argparse._SubParsersAction[ArgumentParser]
 else:
@@ -115,6 +115,7 @@ COMMAND_GROUPS: tuple[CommandGroup, ...] = (
         {"repair": "let a model propose fixes; each runs in a fresh box until a goal is met"},
     ),
     _module_group("_runs", {"runs": "list recorded runs, show one and its receipt"}),
+    _module_group("_pool", {"pool": "start, stop or check the warm pool service for `pybox exec`"}),
     _module_group("_audit", {"audit": "show the audit log's last entries, verify its chain"}),
 )
 
@@ -296,26 +297,34 @@ def main(
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return handler(args)
-    except (RequestRejected, ConfigError) as exc:
-        say(f"pybox: {exc}")
-        return EXIT_REJECTED
-    except PyboxError as exc:
-        say(f"pybox: {exc}")
-        return EXIT_PYBOX_FAILED
+    except Exception as exc:
+        return command_failed(exc)
     except KeyboardInterrupt:
         say("pybox: stopped before a box was started.")
         return EXIT_STOPPED
-    except BrokenPipeError:
-        return EXIT_PYBOX_FAILED
-    except Exception as exc:  # never a traceback for a user, unless asked for
-        if os.environ.get("PYBOX_DEBUG"):
-            import traceback
-
-            traceback.print_exc()
-        say(
-            f"pybox: internal error: {type(exc).__name__}: {exc}. This is a bug in pybox; "
-            "run again with PYBOX_DEBUG=1 for details and report it."
-        )
-        return EXIT_PYBOX_FAILED
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def command_failed(exc: Exception, stream: TextIO | None = None) -> int:
+    """A command's failure said as pybox says it (on `stream`, default stderr), and
+    its exit code: the one place for it, the pool service's runs included."""
+    if isinstance(exc, (RequestRejected, ConfigError)):
+        say(f"pybox: {exc}", stream)
+        return EXIT_REJECTED
+    if isinstance(exc, PyboxError):
+        say(f"pybox: {exc}", stream)
+        return EXIT_PYBOX_FAILED
+    if isinstance(exc, BrokenPipeError):
+        return EXIT_PYBOX_FAILED
+    # never a traceback for a user, unless asked for
+    if os.environ.get("PYBOX_DEBUG"):
+        import traceback
+
+        traceback.print_exc()
+    say(
+        f"pybox: internal error: {type(exc).__name__}: {exc}. This is a bug in pybox; "
+        "run again with PYBOX_DEBUG=1 for details and report it.",
+        stream,
+    )
+    return EXIT_PYBOX_FAILED

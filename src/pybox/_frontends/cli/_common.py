@@ -202,8 +202,12 @@ def is_terminal(stream: TextIO) -> bool:
 
 
 def styled(stream: TextIO) -> bool:
-    """Whether pybox marks its lines on `stream`: a terminal that understands escapes."""
-    return is_terminal(stream) and os.environ.get("TERM", "") != "dumb"
+    """Whether pybox marks its lines on `stream`: a terminal that understands escapes.
+    (A stream relayed to a pool service's client carries the client's TERM.)"""
+    term = getattr(stream, "pybox_term", None)
+    if not isinstance(term, str):
+        term = os.environ.get("TERM", "")
+    return is_terminal(stream) and term != "dumb"
 
 
 def say_after_output(lines: list[str], stream: TextIO, output_ended_line: bool) -> None:

@@ -8,10 +8,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._core.display import plural
@@ -36,6 +36,10 @@ from pybox._frontends.cli._common import (
 from pybox._frontends.cli._live import LiveOutput
 from pybox._orchestration.staging import check_destination
 
+if TYPE_CHECKING:
+    from pybox._core.request import PreparedRun
+    from pybox._orchestration.session import Session
+
 EXEC_JSON_VERSION = 1
 
 # CLI flag -> (configuration key, help), generated from the one limit table.
@@ -51,17 +55,23 @@ def limit_request(args: argparse.Namespace) -> LimitRequest:
     return LimitRequest(**bounded_flag_values(args, LIMIT_FLAGS, FIELDS_BY_KEY))  # type: ignore[arg-type]
 
 
-def _exec_request(args: argparse.Namespace) -> RunRequest:
+def _exec_request(
+    args: argparse.Namespace,
+    read: Callable[[str, str], bytes] = read_file,
+    stdin: Callable[[], bytes] | None = None,
+) -> RunRequest:
+    """The request of `pybox exec`'s arguments; `read` reads a named file (the pool
+    service reads the ones its client sent), `stdin` the program given as `-`."""
     if args.program == "-":
-        code, code_name = sys.stdin.buffer.read(), "main.py"
+        code, code_name = (stdin or sys.stdin.buffer.read)(), "main.py"
     else:
-        code = read_file(args.program, "program")
+        code = read(args.program, "program")
         name = os.path.basename(args.program)
         code_name = name if CODE_NAME_RE.fullmatch(name) else "main.py"
     inputs = []
     for path in args.input or []:
         name = check_input_name(os.path.basename(path.rstrip("/")))
-        inputs.append(InputFile(name, read_file(path, "input file")))
+        inputs.append(InputFile(name, read(path, "input file")))
     env = []
     for item in args.env or []:
         name, sep, value = item.partition("=")
@@ -77,7 +87,7 @@ def _exec_request(args: argparse.Namespace) -> RunRequest:
         collect_outputs=args.output is not None,
         argv=tuple(args.args),
         env=tuple(env),
-        stdin_bytes=b"" if args.stdin is None else read_file(args.stdin, "stdin file"),
+        stdin_bytes=b"" if args.stdin is None else read(args.stdin, "stdin file"),
     )
 
 
@@ -154,41 +164,77 @@ def cmd_exec(args: argparse.Namespace) -> int:
         if destination is not None:
             check_destination(destination)  # bad input is named before the engine is asked
         session = open_session(args)
-        # A bad request is refused before the engine is touched; nothing is staged yet.
-        prepared = session.prepare(request)
-        staging = session.stage_outputs(prepared, destination)
-        for stale in staging.swept if staging is not None else ():
-            say(f"pybox: removed {stale}: partial files of a pybox that was killed")
     except PyboxError as exc:
         if args.json:
             say(_json_error(exc), sys.stdout)
         raise
+    return exec_in_session(args, session, request, destination)
+
+
+class Stopper(Protocol):
+    """What `exec_in_session` needs of the thing that stops a run (`StopOnSignal`;
+    the pool service's stands for its client's signals)."""
+
+    cancel: threading.Event
+
+    def sink(self, event: RunEvent) -> None: ...
+    def __enter__(self) -> Stopper: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def exec_in_session(
+    args: argparse.Namespace,
+    session: Session,
+    request: RunRequest,
+    destination: Path | None,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stopper: Callable[[EventSink | None], Stopper] = StopOnSignal,
+    before_run: Callable[[PreparedRun], None] | None = None,
+) -> int:
+    """Prepare, run and present one `pybox exec`: the same code for a cold run and
+    for the pool service (which passes its client's streams and signals, and
+    `before_run`, its last word with the client before anything runs)."""
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    try:
+        # A bad request is refused before the engine is touched; nothing is staged yet.
+        prepared = session.prepare(request)
+        staging = session.stage_outputs(prepared, destination)
+        for stale in staging.swept if staging is not None else ():
+            say(f"pybox: removed {stale}: partial files of a pybox that was killed", err)
+        if before_run is not None:
+            before_run(prepared)
+    except PyboxError as exc:
+        if args.json:
+            say(_json_error(exc), out)
+        raise
     interrupted = False
     files_dir = staging.files_dir if staging is not None else None
     # --json keeps its one record on stdout: no live output beside it.
-    live = None if args.json else LiveOutput(prepared.limits.output_bytes)
+    live = None if args.json else LiveOutput(prepared.limits.output_bytes, out, err)
     try:
-        with StopOnSignal(None if live is None else live.sink) as stopper:
+        with stopper(None if live is None else live.sink) as stop:
             outcome = session.run(
-                prepared, files_dir=files_dir, cancel=stopper.cancel, on_event=stopper.sink
+                prepared, files_dir=files_dir, cancel=stop.cancel, on_event=stop.sink
             )
-    except RunInterrupted as stop:
+    except RunInterrupted as stop_early:
         # Ctrl-C or SIGTERM before the program had its code, or twice: the box is
         # gone; show what the run produced so far.
-        outcome, interrupted = stop.outcome, True
+        outcome, interrupted = stop_early.outcome, True
     except PyboxError as exc:
         if staging is not None:
             staging.discard()
         if args.json:
-            say(_json_error(exc), sys.stdout)
+            say(_json_error(exc), out)
         if live is not None:
-            _end_live_output(live)
+            _end_live_output(live, err)
         raise
     except BaseException:
         if staging is not None:
             staging.discard()
         if live is not None:
-            _end_live_output(live)
+            _end_live_output(live, err)
         raise
     publish_error: PyboxError | None = None
     if staging is not None:
@@ -198,7 +244,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
             # Nothing is lost: the files stay in the staging directory, which is reported.
             publish_error, destination = exc, staging.files_dir
     notes = [] if publish_error is None else [f"pybox: {publish_error}"]
-    _print_outcome(args, outcome, destination, notes, live)
+    _print_outcome(args, outcome, destination, notes, live, out, err)
     if publish_error is not None:
         return EXIT_PYBOX_FAILED
     return EXIT_STOPPED if interrupted else status_exit_code(outcome.receipt)
@@ -210,11 +256,14 @@ def _print_outcome(
     destination: Path | None,
     notes: list[str],
     live: LiveOutput | None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> None:
+    out, err = out or sys.stdout, err or sys.stderr
     if live is None:  # --json
-        say(json.dumps(exec_json(outcome, destination)), sys.stdout)
+        say(json.dumps(exec_json(outcome, destination)), out)
         for note in notes:
-            say(note)
+            say(note, err)
         return
     # The head was shown as it arrived; now the rest the receipt kept, then the receipt.
     ended_line, lost = live.finish(outcome)
@@ -225,14 +274,14 @@ def _print_outcome(
         lines.append(
             f"  files:  {plural(len(outcome.output_files), 'file')} written to {destination}"
         )
-    say_after_output([*lines, *lost, *notes], sys.stderr, ended_line)
+    say_after_output([*lines, *lost, *notes], err, ended_line)
 
 
-def _end_live_output(live: LiveOutput) -> None:
+def _end_live_output(live: LiveOutput, err: TextIO | None = None) -> None:
     """The run raised: let what was shown end its line, so pybox's error starts its own."""
     ended_line, _ = live.finish(None)
     if not ended_line:
-        sys.stderr.write("\n")
+        (err or sys.stderr).write("\n")
 
 
 def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> None:

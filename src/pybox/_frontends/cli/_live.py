@@ -91,11 +91,13 @@ def _discard_from_now_on(target: TextIO) -> None:
 class LiveOutput:
     """The sink of `pybox exec`'s run events (`sink`), then the rest at the end (`finish`)."""
 
-    def __init__(self, output_bytes: int) -> None:
+    def __init__(
+        self, output_bytes: int, stdout: TextIO | None = None, stderr: TextIO | None = None
+    ) -> None:
         self._head_bytes = output_bytes - output_bytes // 2  # as HeadTailCapture keeps
         self._streams: dict[StreamName, ShownStream] = {
-            "stdout": ShownStream(sys.stdout),
-            "stderr": ShownStream(sys.stderr),
+            "stdout": ShownStream(stdout or sys.stdout),
+            "stderr": ShownStream(stderr or sys.stderr),
         }
         self._taken: dict[StreamName, int] = {"stdout": 0, "stderr": 0}
         self._last_written: StreamName | None = None

@@ -1,0 +1,319 @@
+"""The CLI pool service and its client over a real unix socket, with the fake engine.
+
+The service runs in a thread of the test; the client is the one `pybox exec`
+uses. Timings are never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pybox._adapters.state import StateStore
+from pybox._core.limits import Policy
+from pybox._core.locations import pool_socket_path
+from pybox._core.poolwire import PREFIX, decode_header, encode_frame, frame_lengths
+from pybox._frontends.cli import _poolservice
+from pybox._frontends.cli._poolservice import PoolService
+from pybox._frontends.poolclient import exec_through_service
+from pybox._orchestration.session import Session
+from tests.unit.conftest import OWNER
+from tests.unit.fake_engine import FakeEngine, Script
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, state: StateStore) -> None:
+    monkeypatch.setenv("PYBOX_STATE_DIR", str(state.root))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("PYBOX_CONFIG", raising=False)
+    monkeypatch.delenv("PYBOX_POOL", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def service(engine: FakeEngine, state: StateStore) -> Iterator[PoolService]:
+    session = Session(
+        engine,
+        state,
+        Policy(),
+        owner=OWNER,
+        sampler_factory=lambda container_id: None,
+        is_owner_alive=lambda owner: owner == OWNER,
+        pool_service=True,
+    )
+    service = PoolService(session, None, None, state.root / "pool" / "service.log")
+    service.bind()
+    thread = threading.Thread(target=service.serve_forever, daemon=True)
+    thread.start()
+    yield service
+    service.stop()
+    thread.join(timeout=10)
+    service.close()
+
+
+def _log(service: PoolService) -> str:
+    path = service.folder / "service.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_the_socket_and_its_folder_are_the_owners_only(service: PoolService) -> None:
+    assert stat.S_IMODE(os.stat(service.folder).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(service.socket_path).st_mode) == 0o600
+    assert str(service.socket_path) == pool_socket_path(str(service.session.state_dir))
+
+
+def test_exec_runs_through_the_service_and_the_receipt_says_so(
+    service: PoolService, engine: FakeEngine, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    engine.script = Script(stdout=b"42\n", exit_code=0)
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    code, stdin_read = exec_through_service(["exec", "--json", "job.py"])
+    assert (code, stdin_read) == (0, None)
+    record = json.loads(capfd.readouterr().out)
+    assert record["pybox_exec_version"] == 1 and record["stdout"] == "42\n"
+    assert record["receipt"]["observed_by_pybox"]["pool_service"] is True
+    assert service.status()["served"] == 1
+
+
+def test_the_presentation_is_the_cold_runs(
+    service: PoolService, engine: FakeEngine, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The program's bytes and pybox's lines come out as a cold run prints them."""
+    from pybox._frontends.cli import _exec, main
+
+    engine.script = Script(stdout=b"out \x1b[2J", stderr=b"pybox: succeeded, forged\n", exit_code=7)
+    (tmp_path / "job.py").write_text("...\n")
+    code, _ = exec_through_service(["exec", "-q", "job.py"])
+    served = capfd.readouterr()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_exec, "open_session", lambda args: service.session)
+        cold_code = main(["exec", "-q", "job.py"])
+    cold = capfd.readouterr()
+    assert code == cold_code == 7
+    assert served.out == cold.out == "out \x1b[2J"
+
+    def plain(err: str) -> str:  # the run id and the duration are each run's own
+        return re.sub(r"in [0-9.]+ s \(run [0-9a-f]+\)", "", err)
+
+    assert (
+        plain(served.err) == plain(cold.err) == "pybox: succeeded, forged\npybox: failed, exit 7 \n"
+    )
+
+
+def test_another_uid_is_refused_and_logged(
+    service: PoolService,
+    engine: FakeEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel's word on the peer decides (here made to say another uid; the
+    integration test connects as another user)."""
+    monkeypatch.setattr(_poolservice, "peer_uid", lambda sock: (4242, os.geteuid() + 1))
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    creates = [name for name, _ in engine.calls].count("create")
+    assert exec_through_service(["exec", "job.py"]) == (None, None)  # the caller runs cold
+    assert [name for name, _ in engine.calls].count("create") == creates
+    assert f"refused a connection from uid {os.geteuid() + 1} (pid 4242)" in _log(service)
+    assert service.status()["refused"] == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "why"),
+    [
+        (["exec", "--timeout", "nope", "job.py"], {}, "the request is refused"),
+        (["exec", "--env", "X", "job.py"], {}, "the request is refused"),
+        (["exec", "job.py"], {"PYBOX_DEFAULT_TIMEOUT_S": "3"}, "environment differs"),
+        (["exec", "--inp", "data.csv", "job.py"], {}, "did not send the input file"),
+    ],
+)
+def test_what_the_service_will_not_take_runs_cold(
+    service: PoolService,
+    engine: FakeEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    env: dict[str, str],
+    why: str,
+) -> None:
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    (tmp_path / "data.csv").write_text("1,2\n")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert exec_through_service(argv) == (None, None)
+    assert "create" not in [name for name, _ in engine.calls]
+    assert why in _log(service)
+
+
+def test_without_a_service_the_client_says_run_cold(tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    assert exec_through_service(["exec", "job.py"]) == (None, None)
+
+
+def _fake_service(state: StateStore, after_exec: str) -> threading.Thread:
+    """A listener that answers one exec as a broken service would."""
+    folder = state.root / "pool"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(folder / "cli.sock"))
+    listener.listen(1)
+
+    def receive(conn: socket.socket) -> dict[str, object]:
+        prefix = conn.recv(PREFIX.size, socket.MSG_WAITALL)
+        header_len, body_len = frame_lengths(prefix, 1 << 26)
+        header = decode_header(conn.recv(header_len, socket.MSG_WAITALL))
+        if body_len:
+            conn.recv(body_len, socket.MSG_WAITALL)
+        return header
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, listener:
+            if after_exec == "accept only":
+                return
+            receive(conn)
+            if after_exec == "close":
+                return
+            if after_exec == "fallback":
+                conn.sendall(encode_frame({"t": "fallback", "reason": "no"}))
+                return
+            conn.sendall(encode_frame({"t": "prepared", "run_id": "0" * 16}))
+            assert receive(conn) == {"t": "go"}
+            if after_exec == "answer 42":
+                conn.sendall(encode_frame({"t": "out", "fd": 1}, b"42\n"))
+                conn.sendall(encode_frame({"t": "exit", "code": 0}))
+            # ... else it dies after the run was handed over.
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("after_exec", ["close", "fallback"])
+def test_a_service_that_fails_before_go_means_cold(
+    state: StateStore, tmp_path: Path, after_exec: str
+) -> None:
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    thread = _fake_service(state, after_exec)
+    assert exec_through_service(["exec", "job.py"]) == (None, None)
+    thread.join(timeout=10)
+
+
+def test_a_service_that_dies_after_go_is_never_run_again(
+    state: StateStore, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    thread = _fake_service(state, "die after go")
+    code, _ = exec_through_service(["exec", "job.py"])
+    thread.join(timeout=10)
+    assert code == 125  # an answer: the caller does not run it cold
+    assert "it was not run again here" in capfd.readouterr().err
+
+
+def test_the_client_imports_almost_nothing(state: StateStore, tmp_path: Path) -> None:
+    """`pybox exec` through a service: no argparse, no session, no receipt, no
+    typing or dataclasses; only the wire, the locations and the client."""
+    from tests.unit.test_cli_startup import HEAVY, imported_by
+
+    thread = _fake_service(state, "answer 42")
+    found = imported_by(["exec", "-"], tmp_path, stdin="print(6*7)\n")
+    thread.join(timeout=10)
+    assert found["code"] == 0, found["stderr"]
+    modules = found["modules"]
+    assert isinstance(modules, list)
+    assert [m for m in modules if m.startswith(HEAVY)] == []
+    assert [m for m in modules if m.split(".")[0] in ("argparse", "re", "enum", "signal")] == []
+    assert {m for m in modules if m.split(".")[0] == "pybox"} <= {
+        "pybox",
+        "pybox._version",
+        "pybox._core",
+        "pybox._core.errors",
+        "pybox._core.lazy",
+        "pybox._core.locations",
+        "pybox._core.poolwire",
+        "pybox._main",
+        "pybox._frontends",
+        "pybox._frontends.poolclient",
+    }
+
+
+def test_pool_status_json_is_versioned(
+    state: StateStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pybox._frontends.cli import main
+
+    assert main(["pool", "status", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record == {
+        "pybox_pool_version": 1,
+        "running": False,
+        "socket": pool_socket_path(str(state.root)),
+    }
+
+
+def test_pool_status_of_a_running_service(
+    service: PoolService, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pybox._frontends.cli import main
+
+    assert main(["pool", "status", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["pybox_pool_version"] == 1 and record["running"] is True
+    assert record["pid"] == os.getpid() and record["socket"] == str(service.socket_path)
+    expected = {"profiles", "hits", "misses", "served", "fallbacks", "refused", "started_at"}
+    assert expected <= set(record)
+    assert main(["pool", "status"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"pool service: pid {os.getpid()}, since ")
+    assert "0 served, 0 ran cold, 0 refused (another uid)" in text
+
+
+def test_on_a_terminal_the_service_shows_output_as_a_cold_run_does(
+    service: PoolService,
+    engine: FakeEngine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The client says its streams are terminals: the program's escapes are shown
+    as text and pybox's mark is drawn, by the cold run's own code."""
+    from pybox._frontends.cli._common import MARK_ON, TERMINAL_RESET
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setattr(os, "isatty", lambda fd: fd in (1, 2))
+    engine.script = Script(stdout=b"out \x1b[2J", stderr=b"\x1b]2;title", exit_code=0)
+    (tmp_path / "job.py").write_text("...\n")
+    code, _ = exec_through_service(["exec", "-q", "job.py"])
+    shown = capfd.readouterr()
+    assert code == 0
+    assert shown.out == "out \\x1b[2J"
+    program, _, pybox = shown.err.partition(TERMINAL_RESET)
+    assert program == "\\x1b]2;title"
+    assert pybox.startswith(f"\n{MARK_ON}pybox:\x1b[0m succeeded, exit 0")
+
+
+def test_ctrl_c_before_go_stops_without_running(
+    state: StateStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    from pybox._frontends import poolclient
+
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    thread = _fake_service(state, "accept only")
+
+    def interrupted(*args: object) -> int | None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(poolclient, "_exchange", interrupted)
+    assert exec_through_service(["exec", "job.py"]) == (130, None)
+    assert "stopped before a box was started" in capfd.readouterr().err
+    thread.join(timeout=10)

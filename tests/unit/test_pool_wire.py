@@ -1,0 +1,192 @@
+"""The pool service's wire and the client's reading of a command line (pure, no engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pybox._adapters.config import config_file_path
+from pybox._adapters.state import default_state_dir
+from pybox._core.locations import config_path, state_dir_path
+from pybox._core.poolwire import (
+    MAX_HEADER_BYTES,
+    PREFIX,
+    WIRE_VERSION,
+    ExecRequest,
+    WireError,
+    decode_header,
+    dumps,
+    encode_frame,
+    frame_lengths,
+    identity_of,
+    loads,
+)
+from pybox._frontends.poolclient import _plan
+
+
+def _exec_header(**changes: object) -> dict[str, object]:
+    header: dict[str, object] = {
+        "t": "exec",
+        "wire": WIRE_VERSION,
+        "argv": ["exec", "job.py"],
+        "cwd": "/home/u",
+        "files": {"job.py": [0, 9]},
+        "stdin": None,
+        "identity": {"HOME": "/home/u"},
+        "tty": [False, True],
+        "term": "xterm",
+    }
+    header.update(changes)
+    return header
+
+
+def test_a_frame_round_trips() -> None:
+    frame = encode_frame({"t": "out", "fd": 1}, b"\x00\xff bytes")
+    header_len, body_len = frame_lengths(frame[: PREFIX.size], 1 << 20)
+    header = decode_header(frame[PREFIX.size : PREFIX.size + header_len])
+    assert header == {"t": "out", "fd": 1}
+    assert frame[PREFIX.size + header_len :] == b"\x00\xff bytes" and body_len == 8
+
+
+@pytest.mark.parametrize(
+    ("prefix", "match"),
+    [
+        (PREFIX.pack(MAX_HEADER_BYTES + 1, 0), "header of"),
+        (PREFIX.pack(0, 0), "header of 0"),
+        (PREFIX.pack(10, 101), "body of 101 bytes; the limit is 100"),
+        (b"\x00\x00", "prefix is 8 bytes"),
+    ],
+)
+def test_frame_lengths_are_bounded_before_anything_is_read(prefix: bytes, match: str) -> None:
+    with pytest.raises(WireError, match=match):
+        frame_lengths(prefix, 100)
+
+
+@pytest.mark.parametrize("raw", [b"\xff\xfe", b"[1, 2]", b'{"t": 1}', b"not json"])
+def test_a_header_is_a_json_object_with_a_kind(raw: bytes) -> None:
+    with pytest.raises(WireError):
+        decode_header(raw)
+
+
+def test_an_exec_request_gives_its_files_from_the_body() -> None:
+    request = ExecRequest(_exec_header(stdin=[9, 3]), b"print(42)abc")
+    assert request.files == {"job.py": b"print(42)"} and request.stdin == b"abc"
+    assert request.argv == ["exec", "job.py"] and request.cwd == "/home/u"
+    assert (request.tty_out, request.tty_err, request.term) == (False, True, "xterm")
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"wire": 2}, "Wire version 2"),
+        ({"extra": 1}, "Unknown fields in an exec frame: extra"),
+        ({"argv": []}, "argv must be a list"),
+        ({"argv": "exec job.py"}, "argv must be a list"),
+        ({"argv": ["exec", 3]}, "each argv item"),
+        ({"argv": ["exec", "a\0b"]}, "each argv item"),
+        ({"cwd": "relative"}, "cwd must be an absolute path"),
+        ({"tty": [True]}, "tty must be"),
+        ({"tty": [1, 0]}, r"tty\[0\] must be true or false"),
+        ({"files": {"job.py": [0, 100]}}, "outside the body"),
+        ({"files": {"job.py": [-1, 2]}}, "outside the body"),
+        ({"files": {"job.py": [True, 2]}}, r"must be \[offset, length\]"),
+        ({"files": ["job.py"]}, "files must be an object"),
+        ({"stdin": [0]}, r"stdin must be \[offset, length\]"),
+        ({"identity": {"HOME": 1}}, "an identity value"),
+        ({"term": "x" * 70000}, "term must be a string"),
+    ],
+)
+def test_an_exec_request_is_checked_field_by_field(changes: dict[str, object], match: str) -> None:
+    with pytest.raises(WireError, match=match):
+        ExecRequest(_exec_header(**changes), b"print(42)")
+
+
+def test_every_field_a_client_sends_is_known() -> None:
+    """What the client sends is exactly what the service accepts."""
+    header = json.loads(json.dumps(_exec_header()))
+    ExecRequest(header, b"print(42)")
+
+
+def test_the_identity_is_what_decides_a_run() -> None:
+    env = {"PYBOX_STATE_DIR": "/s", "DOCKER_HOST": "unix:///x", "HOME": "/h", "PATH": "/bin"}
+    env |= {"PYBOX_POOL": "off", "PYBOX_DEBUG": "1", "TERM": "xterm"}
+    assert identity_of(env) == {"PYBOX_STATE_DIR": "/s", "DOCKER_HOST": "unix:///x", "HOME": "/h"}
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"PYBOX_STATE_DIR": "/srv/pybox"},
+        {"XDG_STATE_HOME": "/x/state", "XDG_CONFIG_HOME": "/x/config"},
+        {"PYBOX_CONFIG": "/etc/pybox.toml"},
+    ],
+)
+def test_the_client_finds_state_and_config_where_the_adapters_do(env: dict[str, str]) -> None:
+    home = str(Path.home())
+    assert Path(state_dir_path(env, home)) == default_state_dir(env)
+    assert (Path(config_path(env, home, None)[0]), config_path(env, home, None)[1]) == (
+        config_file_path(env, None)
+    )
+    assert config_path(env, home, "given.toml") == ("given.toml", True)
+
+
+def test_the_client_reads_what_a_plain_exec_names() -> None:
+    plan = _plan(["exec", "--input", "a.csv", "--input=b.csv", "--timeout", "5", "job.py"])
+    assert plan is not None
+    assert (plan.program, plan.files, plan.stdin_file) == ("job.py", ["a.csv", "b.csv"], None)
+    plan = _plan(["--config", "c.toml", "exec", "-q", "--stdin", "in.txt", "-", "--", "x", "-y"])
+    assert plan is not None
+    assert (plan.config, plan.program, plan.stdin_file) == ("c.toml", "-", "in.txt")
+    plan = _plan(["exec", "--json", "job.py", "--", "--output", "d"])
+    assert plan is not None and plan.program == "job.py"  # after --: the program's
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["exec", "--output", "d", "job.py"],  # files written in the client's process
+        ["exec", "--output=d", "job.py"],
+        ["exec", "--out", "d", "job.py"],  # an abbreviation of --output
+        ["exec", "--help"],
+        ["exec", "-h"],
+        ["exec"],  # no program: the parser says so
+        ["exec", "a.py", "b.py"],  # a stray word: the parser says so
+        ["exec", "--timeout"],  # a value missing
+        ["sandbox", "exec", "sb", "job.py"],  # not `pybox exec`
+        ["--version", "exec", "job.py"],
+    ],
+)
+def test_anything_else_runs_cold(argv: list[str]) -> None:
+    assert _plan(argv) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"t": "exec", "argv": ["a", "é", '\x00\n"\\', "\ud800"], "n": [0, -1, 10**20]},
+        {"nested": {"x": [True, False, None, 1.5]}, "empty": {}, "list": []},
+        "just a string",
+    ],
+)
+def test_the_wire_json_is_jsons(value: object) -> None:
+    text = dumps(value)
+    assert text == json.dumps(value, separators=(",", ":"))
+    assert loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["NaN", "[Infinity]", '{"a": 1} x', " {}", "", "{'a': 1}", '{"a": 1,}', "[" * 100000]
+)
+def test_the_wire_json_refuses_what_is_not_json(text: str) -> None:
+    with pytest.raises((ValueError, RecursionError)):
+        loads(text)
+    with pytest.raises(WireError):
+        decode_header(text.encode())
+
+
+def test_the_wire_json_writes_no_nan() -> None:
+    with pytest.raises(ValueError):
+        dumps({"x": float("nan")})
