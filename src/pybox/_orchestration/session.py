@@ -37,6 +37,7 @@ from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.admission import SessionAdmission
+from pybox._orchestration.engine_checks import refuse_unsafe_engine
 from pybox._orchestration.hosts import Host, open_host
 from pybox._orchestration.session_images import SessionImages
 from pybox._orchestration.staging import OutputStaging, stage_outputs
@@ -206,7 +207,10 @@ class Session(SessionImages):
     def _info(self) -> dict[str, Any]:
         """The engine's `/info`, asked once per session."""
         if self._engine_info is None:
-            self._engine_info = dict(self.engine.info())
+            info = dict(self.engine.info())
+            # A rootless engine on cgroup v1 ignores the caps: no box runs on it.
+            refuse_unsafe_engine(self.engine.name, info)
+            self._engine_info = info
         return self._engine_info
 
     def prepare(self, request: RunRequest) -> PreparedRun:
@@ -243,6 +247,7 @@ class Session(SessionImages):
             endpoint=f"{engine.endpoint.url} ({engine.endpoint.found_by})",
             api_version=engine.api_version,
             server_version=engine.server_version,
+            name=engine.name,
         )
 
     def engine_report(self) -> dict[str, Any]:
