@@ -145,11 +145,6 @@ def _runtime(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
 _NOT_REPORTED = "Podman's answers do not carry this field"
 
 MAPPINGS: dict[str, Mapping_] = {
-    "Config.Healthcheck": _replace(
-        ("Config", "Healthcheck", "Test"),
-        ["NONE"],
-        "it adds its default interval, timeout and retries to a disabled check",
-    ),
     "Config.StdinOnce": _replace(
         ("Config", "StdinOnce"),
         False,

@@ -20,18 +20,23 @@ def connect_engine(
     `expected` ("docker", "podman") is the operator's choice: a socket whose
     engine says otherwise is refused, never driven as the wrong one.
     """
-    probe = DockerEngine.connect(endpoint, transport)
-    name = PRODUCTS.get(probe.product, "docker")
+    probe = (
+        DockerEngine.connect(endpoint)
+        if transport is None
+        else DockerEngine.connect(endpoint, transport)
+    )
+    product = str(getattr(probe, "product", ""))
+    name = PRODUCTS.get(product, "docker")
     if expected not in ("auto", name):
         raise ConfigError(
             f"The engine at {endpoint.url} ({endpoint.found_by}) is {name} "
-            f"(its answers say {probe.product or 'nothing'}), but engine = {expected!r} was "
+            f"(its answers say {product or 'nothing'}), but engine = {expected!r} was "
             f"asked for. Point pybox at a {expected} socket, or choose engine = {name!r}."
         )
     if name == "podman":
         engine: DockerEngine = PodmanEngine(
             endpoint, probe.api_version, probe.server_version, transport=probe.transport
         )
-        engine.product = probe.product
+        engine.product = product
         return engine
     return probe
