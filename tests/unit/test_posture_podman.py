@@ -27,7 +27,9 @@ from pybox._engine.specgen import BOX_NPROC, PodmanUnsupported, specgen
 from tests.unit.test_posture import SPEC as DOCKER_SPEC
 from tests.unit.test_posture import apply, weakenings
 
-RECORDED = json.loads((Path(__file__).parent / "data" / "podman-4.3-inspect.json").read_text())
+RECORDED: dict[str, Any] = json.loads(
+    (Path(__file__).parent / "data" / "podman-4.3-inspect.json").read_text()
+)
 SPEC = dataclasses.replace(
     DOCKER_SPEC,
     engine="podman",

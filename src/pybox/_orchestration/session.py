@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
+from pybox._adapters.cgroups import SamplerFactory, engine_path_sampler_factory
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
 from pybox._adapters.host_facts import current_owner, owner_alive
@@ -83,7 +83,9 @@ class Session(SessionImages):
         self.is_owner_alive = is_owner_alive
         if sampler_factory is None:
             sampler_factory = (
-                host.sampler_factory() if host else local_sampler_factory(SAMPLE_INTERVAL_S)
+                host.sampler_factory()
+                if host
+                else engine_path_sampler_factory(SAMPLE_INTERVAL_S, lambda: self._engine)
             )
         self._sampler_factory = sampler_factory
         self._runtime = runtime
