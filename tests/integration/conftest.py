@@ -57,9 +57,20 @@ def engine_environ(name: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session", params=ENGINES)
-def engine_name(request: pytest.FixtureRequest) -> str:
-    """The engine this pass runs against ("docker", "podman": PYBOX_TEST_ENGINES)."""
-    return str(request.param)
+def engine_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The engine this pass runs against ("docker", "podman": PYBOX_TEST_ENGINES).
+
+    For the pass, this process's environment points at that engine too, so tests
+    that open sessions from the environment (`Client()`, `Session.open`) follow."""
+    name = str(request.param)
+    saved, pointed = dict(os.environ), engine_environ(name)
+    os.environ.clear()
+    os.environ.update(pointed)
+    try:
+        yield name
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")

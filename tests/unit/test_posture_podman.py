@@ -118,6 +118,12 @@ def test_each_weakening_of_podmans_answer_is_caught(
             ["no-new-privileges", "unmask=ALL"],
             "HostConfig.SecurityOpt",
         ),
+        (
+            ("HostConfig", "SecurityOpt"),
+            ["no-new-privileges", "seccomp=/elsewhere/seccomp-" + "ab" * 32 + ".json"],
+            "HostConfig.SecurityOpt",
+        ),
+        (("HostConfig", "SecurityOpt"), ["no-new-privileges"], "HostConfig.SecurityOpt"),
         (("Libpod", "HostConfig", "NetworkMode"), "bridge", "Libpod.HostConfig.NetworkMode"),
         (("HostConfig", "IpcMode"), "host", "HostConfig.IpcMode"),
         (("HostConfig", "MaskedPaths"), ["/proc/kcore"], "HostConfig.MaskedPaths"),
@@ -165,6 +171,7 @@ def test_specgen_says_each_field_in_podmans_terms() -> None:
     assert spec["netns"] == {"nsmode": "none"}
     assert spec["read_only_filesystem"] is True and spec["read_write_tmpfs"] is False
     assert spec["seccomp_profile_path"] == "/profiles/seccomp-x.json"
+    assert spec["annotations"] == {"io.podman.annotations.seccomp": "/profiles/seccomp-x.json"}
     assert spec["no_new_privileges"] is True and spec["cap_drop"] == ["ALL"]
     assert {"type": "nproc", "soft": BOX_NPROC, "hard": BOX_NPROC} in spec["r_limits"]
     mounts = {m["destination"]: m["options"] for m in spec["mounts"]}
@@ -185,6 +192,7 @@ def test_specgen_says_each_field_in_podmans_terms() -> None:
         ("HostConfig", "Devices", [{"PathOnHost": "/dev/kmsg"}]),
         ("HostConfig", "Sysctls", {"kernel.shm_rmid_forced": "1"}),
         ("HostConfig", "PidMode", "host"),
+        ("HostConfig", "SecurityOpt", ["no-new-privileges", "label=disable"]),
         ("HostConfig", "SecurityOpt", ["no-new-privileges", "apparmor=unconfined"]),
         ("HostConfig", "UsernsMode", "host"),
         (None, "ExposedPorts", {"80/tcp": {}}),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pybox._core.posture import Check, Requirement
+from pybox._core.seccomp import security_opt_view
 
 if TYPE_CHECKING:
     from pybox._core.posture import BoxSpec
@@ -99,15 +100,35 @@ def _cap_drop(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
     )
 
 
+def seccomp_file_view(value: Any) -> Any:
+    """SecurityOpt with Podman's `seccomp=<dir>/seccomp-<sha256>.json` shown as
+    `seccomp=sha256:<sha256>`, as Docker's profile text is (the adapter writes the
+    file by its content's hash and checks it before create)."""
+    if not isinstance(value, list):
+        return value
+    shown = []
+    for option in value:
+        text = str(option)
+        name = text.rsplit("/", 1)[-1]
+        if text.startswith("seccomp=/") and name.startswith("seccomp-") and name.endswith(".json"):
+            digest = name[len("seccomp-") : -len(".json")]
+            if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+                shown.append(f"seccomp=sha256:{digest}")
+                continue
+        shown.append(security_opt_view([option])[0])
+    return shown
+
+
 def _security_opt(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
     why = (
-        "no-new-privileges and nothing else (no seccomp=unconfined, label=disable or "
-        "unmask=); Podman does not report a seccomp profile given through its own API: "
-        "pybox sends its profile as a content-addressed file it checks before create"
+        f"{docker.why}; Podman shows the profile as the file it was read from "
+        "(content-addressed), and no unmask= or label=disable"
     )
     return (
-        Requirement(("HostConfig", "SecurityOpt"), ["no-new-privileges"], why),
-        Requirement(_libpod("HostConfig", "SecurityOpt"), ["no-new-privileges"], why),
+        Requirement(("HostConfig", "SecurityOpt"), docker.expected, why, view=seccomp_file_view),
+        Requirement(
+            _libpod("HostConfig", "SecurityOpt"), docker.expected, why, view=seccomp_file_view
+        ),
     )
 
 

@@ -14,14 +14,13 @@ cannot say what pybox asks for:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from pybox._core.errors import EngineError
+from pybox._core.seccomp import profile_sha256
 from pybox._engine.client import DockerEngine
 from pybox._engine.interface import JSONObject
 from pybox._engine.specgen import specgen
@@ -41,8 +40,8 @@ def profile_dir() -> Path:
 
 
 def _canonical_sha256(text: str) -> str:
-    canonical = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    """The profile's digest as the posture names it (`sha256:` cut off)."""
+    return profile_sha256(text).removeprefix("sha256:")
 
 
 def write_profile(profile_json: str, directory: Path | None = None) -> str:

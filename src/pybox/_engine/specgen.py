@@ -20,9 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pybox._core.errors import EngineError
+from pybox._core.errors import EngineAPIError
 
 SECCOMP_PREFIX = "seccomp="
+UNCONFINED = "unconfined"
+# Where Podman keeps the seccomp profile a box was created with, for its inspect
+# answer's SecurityOpt (its own command line sets it the same way, from the same
+# value as the profile path).
+SECCOMP_ANNOTATION = "io.podman.annotations.seccomp"
 # Podman's default RLIMIT_NPROC (1048576) is above what its runtime may set on
 # many hosts ("error setting rlimit type 6: operation not permitted"); pybox
 # sends one explicitly. The box's uid is its own, so this counts only the box,
@@ -31,13 +36,16 @@ SECCOMP_PREFIX = "seccomp="
 BOX_NPROC = 16384
 
 
-class PodmanUnsupported(EngineError):
-    """A field of the box Podman cannot be asked for: the box is refused."""
+class PodmanUnsupported(EngineAPIError):
+    """A field of the box Podman cannot be asked for: the box is refused before any
+    call (like an engine refusing a create: no box exists)."""
 
     def __init__(self, field: str, value: Any, why: str) -> None:
         super().__init__(
             f"Podman cannot apply the box's {field}={value!r} ({why}); pybox refuses the box "
-            "rather than run it weaker. Use Docker for this box, or drop the setting."
+            "rather than run it weaker. Use Docker for this box, or drop the setting.",
+            status=400,
+            engine_message=f"pybox's Podman adapter cannot apply {field} ({why})",
         )
         self.field = field
 
@@ -85,16 +93,22 @@ def _ulimits(ulimits: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return limits
 
 
-def _seccomp(options: list[str], profile_path: Callable[[str], str]) -> tuple[bool, str]:
-    no_new_privileges, path = False, ""
+def _security(options: list[str], profile_path: Callable[[str], str]) -> tuple[bool, str, str]:
+    """no-new-privileges, the seccomp profile's path and the AppArmor profile."""
+    no_new_privileges, path, apparmor = False, "", ""
     for option in options:
         if option == "no-new-privileges":
             no_new_privileges = True
+        elif option.startswith("apparmor="):
+            # Podman reports no AppArmor profile on a host without AppArmor, so an
+            # `apparmor=unconfined` would read back as nothing: refused here instead.
+            raise PodmanUnsupported("HostConfig.SecurityOpt", option, "pybox sends none")
         elif option.startswith(SECCOMP_PREFIX):
-            path = profile_path(option[len(SECCOMP_PREFIX) :])
+            payload = option[len(SECCOMP_PREFIX) :]
+            path = payload if payload == UNCONFINED else profile_path(payload)
         else:
             raise PodmanUnsupported("HostConfig.SecurityOpt", option, "not translated for Podman")
-    return no_new_privileges, path
+    return no_new_privileges, path, apparmor
 
 
 # Fields set in `specgen()` below; every other non-empty field is refused.
@@ -130,7 +144,9 @@ def specgen(
         raise PodmanUnsupported("Tty", True, "pybox boxes use plain pipes")
     user = str(body.get("User") or "")
     env = dict(item.split("=", 1) for item in body.get("Env") or [])
-    no_new_privileges, seccomp_path = _seccomp(list(host.get("SecurityOpt") or []), profile_path)
+    no_new_privileges, seccomp_path, apparmor = _security(
+        list(host.get("SecurityOpt") or []), profile_path
+    )
     nano_cpus = int(host.get("NanoCpus") or 0)
     period = 100_000
     memory: dict[str, Any] = {}
@@ -190,4 +206,8 @@ def specgen(
         "use_image_resolve_conf": True,
         "sysctl": {},
     }
+    if apparmor:
+        spec["apparmor_profile"] = apparmor
+    if seccomp_path:
+        spec["annotations"] = {SECCOMP_ANNOTATION: seccomp_path}
     return spec
