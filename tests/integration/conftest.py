@@ -1,7 +1,11 @@
 """Integration tests run against the real engine and the recorded stdlib image.
 
 With PYBOX_REQUIRE_ENGINE=1 (set in CI) a missing engine or image fails the
-suite instead of skipping it. Each test cleans up after itself, and the suite
+suite instead of skipping it. `PYBOX_TEST_ENGINES` (default `docker`; for
+example `docker,podman`) runs every test that uses the `engine`, `session`,
+`state_dir` or `cli_env` fixtures once per engine: Podman's socket is
+`CONTAINER_HOST` (else its usual ones) and its image records are in
+`PYBOX_TEST_PODMAN_STATE_DIR` (else the default state directory). Each test cleans up after itself, and the suite
 ends by asserting that no box it made is left behind.
 """
 
@@ -23,7 +27,7 @@ from pybox._adapters.state import StateStore, default_state_dir
 from pybox._core.errors import PyboxError
 from pybox._core.limits import Policy
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
-from pybox._engine import DockerEngine, Engine, find_endpoint
+from pybox._engine import Engine, connect_engine, find_endpoint
 from pybox._orchestration.session import Session
 
 REQUIRE = os.environ.get("PYBOX_REQUIRE_ENGINE") == "1"
@@ -35,19 +39,55 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def engine() -> Engine:
+ENGINES = [
+    name.strip() for name in os.environ.get("PYBOX_TEST_ENGINES", "docker").split(",") if name
+]
+
+
+def engine_environ(name: str) -> dict[str, str]:
+    """This process's environment, pointed at engine `name` (what a CLI run is given)."""
+    env = dict(os.environ)
+    if name == "podman":
+        env.pop("DOCKER_HOST", None)
+        env["PYBOX_ENGINE"] = "podman"
+    else:
+        env.pop("PYBOX_ENGINE", None)
+        env.pop("CONTAINER_HOST", None)
+    return env
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def engine_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The engine this pass runs against ("docker", "podman": PYBOX_TEST_ENGINES).
+
+    For the pass, this process's environment points at that engine too, so tests
+    that open sessions from the environment (`Client()`, `Session.open`) follow."""
+    name = str(request.param)
+    saved, pointed = dict(os.environ), engine_environ(name)
+    os.environ.clear()
+    os.environ.update(pointed)
     try:
-        return DockerEngine.connect(find_endpoint(os.environ))
+        yield name
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def engine(engine_name: str) -> Engine:
+    try:
+        env = engine_environ(engine_name)
+        return connect_engine(find_endpoint(env, engine_name), engine_name)
     except PyboxError as exc:
-        _unavailable(f"no container engine: {exc}")
+        _unavailable(f"no {engine_name} engine: {exc}")
         raise
 
 
 @pytest.fixture(scope="session")
-def state_dir(tmp_path_factory: pytest.TempPathFactory, engine: Engine) -> Path:
+def state_dir(tmp_path_factory: pytest.TempPathFactory, engine: Engine, engine_name: str) -> Path:
     """A private state directory holding a copy of the machine's image records."""
-    source = default_state_dir(os.environ) / "images.json"
+    own = os.environ.get(f"PYBOX_TEST_{engine_name.upper()}_STATE_DIR")
+    source = (Path(own) if own else default_state_dir(os.environ)) / "images.json"
     if not source.exists():
         _unavailable(f"no recorded images in {source}: run `pybox setup --yes` first")
     target = tmp_path_factory.mktemp("pybox-state")
@@ -68,18 +108,20 @@ def nothing_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
     if not any(item.get_closest_marker("integration") for item in request.session.items):
         yield
         return
-    try:
-        engine = DockerEngine.connect(find_endpoint(os.environ))
-    except PyboxError:
-        yield
-        return
-    before = {c["Id"] for c in engine.list_containers({LABEL_MANAGED: "1"})}
+    engines: list[Engine] = []
+    for name in ENGINES:
+        try:
+            engines.append(connect_engine(find_endpoint(engine_environ(name), name), name))
+        except PyboxError:
+            continue
+    before = {c["Id"] for e in engines for c in e.list_containers({LABEL_MANAGED: "1"})}
     yield
     left: set[str] = set()
     for _ in range(20):  # a box of another process may still be on its way out
         left = {
-            str(c["Id"])
-            for c in engine.list_containers({LABEL_MANAGED: "1"})
+            f"{e.name}:{c['Id']}"
+            for e in engines
+            for c in e.list_containers({LABEL_MANAGED: "1"})
             if c["Id"] not in before and not _owned_by_another_live_process(c)
         }
         if not left:
@@ -105,8 +147,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def cli_env(state_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
+def cli_env(state_dir: Path, engine_name: str) -> dict[str, str]:
+    env = engine_environ(engine_name)
     env["PYBOX_STATE_DIR"] = str(state_dir)
     env.pop("PYBOX_CONFIG", None)
     return env

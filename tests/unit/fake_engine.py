@@ -267,6 +267,8 @@ ExecScript = Callable[[list[str]], tuple[int, bytes]]
 class FakeEngine:
     """In-memory engine. `calls` records every operation in order."""
 
+    name = "docker"
+
     def __init__(self, script: Script | None = None) -> None:
         self.script = script or Script()
         # Chooses the box's behaviour from what it was sent (code and inputs), if set.
@@ -343,6 +345,9 @@ class FakeEngine:
         mode = body.get("HostConfig", {}).get("NetworkMode")
         self.networks[container_id] = {mode} if mode == "bridge" else set()
         return container_id
+
+    def cgroup_path(self, container_id: str) -> str | None:
+        return None
 
     def inspect_container(self, container_id: str) -> JSONObject | None:
         self._call("inspect", container_id)

@@ -53,7 +53,7 @@ PINNED = {
         "collect_outputs",
         "libraries",
     ],
-    "configured.engine": ["endpoint", "api_version", "server_version"],
+    "configured.engine": ["endpoint", "api_version", "server_version", "name"],
     "configured.confinement": [
         "seccomp_profile",
         "seccomp_profile_sha256",

@@ -332,3 +332,41 @@ def local_sampler_factory(interval_s: float, root: str = CGROUP_ROOT) -> Sampler
         return None if location is None else CgroupSampler(location, interval_s)
 
     return factory
+
+
+class CgroupNamer(Protocol):
+    """An engine that can say where a started box's cgroup is (Podman can)."""
+
+    def cgroup_path(self, container_id: str) -> str | None: ...
+
+
+def locate_reported(relative: str, root: str = CGROUP_ROOT) -> CgroupLocation | None:
+    """The counters of the cgroup an engine reported (`/libpod_parent/libpod-<id>`)."""
+    relative = relative.strip("/")
+    if not relative or ".." in relative.split("/"):
+        return None
+    version = cgroup_version(root)
+    base = root if version == 2 else os.path.join(root, "memory")
+    if not os.path.isdir(os.path.join(base, relative)):
+        return None
+    return location_of(version, relative, root)
+
+
+def engine_path_sampler_factory(
+    interval_s: float,
+    engine: Callable[[], CgroupNamer | None],
+    root: str = CGROUP_ROOT,
+) -> SamplerFactory:
+    """Open samplers where the engine says the box's cgroup is; when it names none
+    (Docker's answers do not), under Docker's usual layouts."""
+
+    def factory(container_id: str) -> CgroupSampler | None:
+        namer = engine()
+        reported = namer.cgroup_path(container_id) if namer is not None else None
+        if reported is not None:
+            location = locate_reported(reported, root)
+        else:
+            location = locate(container_id, "", root)
+        return None if location is None else CgroupSampler(location, interval_s)
+
+    return factory

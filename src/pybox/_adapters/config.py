@@ -12,6 +12,10 @@ Where boxes run: `platform = "auto" | "linux" | "colima"` in the file, or
 and the local engine elsewhere. A `[colima]` table names trusted `colima` and
 `docker` executables and the VM's `cpus`, `memory_gib` and `disk_gib`.
 
+The engine: `engine = "auto" | "docker" | "podman"` in the file, or
+`PYBOX_ENGINE` (`pybox --engine` sets it); "auto" means Docker's socket if
+there is one, else Podman's (see pybox._engine.endpoint).
+
 Admission control: top-level `max_running_boxes`, `max_waiting_runs` and
 `admission_wait_s`, or `PYBOX_MAX_RUNNING_BOXES`, `PYBOX_MAX_WAITING_RUNS` and
 `PYBOX_ADMISSION_WAIT_S` (see pybox._core.admission for the defaults).
@@ -52,11 +56,13 @@ CONFIG_SECTIONS = (
     "experiments",
     "repair",
     "platform",
+    "engine",
     "colima",
     "allow_credential_env",
     *ADMISSION_KEYS,
 )
 PLATFORMS = ("auto", "linux", "colima")
+ENGINES = ("auto", "docker", "podman")
 COLIMA_KEYS = {
     "colima": str,
     "docker": str,
@@ -97,6 +103,9 @@ class Settings:
     platform_source: str = "built-in"
     colima: ColimaSettings = field(default_factory=ColimaSettings)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    # "auto" (Docker's socket, else Podman's), "docker" or "podman"; PYBOX_ENGINE wins.
+    engine: str = "auto"
+    engine_source: str = "built-in"
 
 
 def _colima_settings(data: Any, path: Path) -> ColimaSettings:
@@ -128,6 +137,12 @@ def _platform_choice(value: Any, where: str) -> str:
         raise ConfigError(
             f"{where}: platform must be one of {', '.join(PLATFORMS)}, not {value!r}."
         )
+    return str(value)
+
+
+def _engine_choice(value: Any, where: str) -> str:
+    if value not in ENGINES:
+        raise ConfigError(f"{where}: engine must be one of {', '.join(ENGINES)}, not {value!r}.")
     return str(value)
 
 
@@ -187,6 +202,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     path, explicit = config_file_path(environ, config_path)
     used_file: Path | None = None
     platform, platform_source = "auto", "built-in"
+    engine, engine_source = "auto", "built-in"
     colima = ColimaSettings()
     admission = AdmissionConfig()
     if path is not None and (explicit or path.exists()):
@@ -230,6 +246,8 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         experiments = experiments.with_settings(_section(data, "experiments", path), str(path))
         if "platform" in data:
             platform, platform_source = _platform_choice(data["platform"], str(path)), str(path)
+        if "engine" in data:
+            engine, engine_source = _engine_choice(data["engine"], str(path)), str(path)
         if "colima" in data:
             colima = _colima_settings(data["colima"], path)
         admission = admission.with_settings(
@@ -263,6 +281,9 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     if environ.get("PYBOX_PLATFORM"):
         platform = _platform_choice(environ["PYBOX_PLATFORM"], "PYBOX_PLATFORM")
         platform_source = "PYBOX_PLATFORM"
+    if environ.get("PYBOX_ENGINE"):
+        engine = _engine_choice(environ["PYBOX_ENGINE"], "PYBOX_ENGINE")
+        engine_source = "PYBOX_ENGINE (or pybox --engine)"
     return Settings(
         policy,
         state_dir,
@@ -276,4 +297,6 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         platform_source=platform_source,
         colima=colima,
         admission=admission,
+        engine=engine,
+        engine_source=engine_source,
     )

@@ -423,6 +423,7 @@ class ProgramRun:
                 endpoint=engine.endpoint.url,
                 api_version=engine.api_version,
                 server_version=engine.server_version,
+                name=engine.name,
             ),
             spec=box.spec,
             image=box.image,

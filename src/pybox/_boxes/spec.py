@@ -90,6 +90,7 @@ def box_spec(
         sandbox_store=sandbox_store,
         payload_wait_s=payload_wait_s,
         protocol=protocol,
+        engine=context.engine.name,
     )
 
 

@@ -176,6 +176,8 @@ class BoxSpec:
     protocol: int = ONE_PROGRAM
     # A sandbox's box: the tag of the store that records it (its label's value).
     sandbox_store: str = ""
+    # The engine that makes it ("docker", "podman"): how its answers are read back.
+    engine: str = "docker"
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -464,9 +466,20 @@ class PostureReport:
         return not self.mismatches
 
 
+def readback_requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
+    """`requirements(spec)` as the spec's engine shows them (Podman: posture_podman)."""
+    from pybox._core.posture_podman import podman_requirements
+
+    readers: dict[str, Callable[[BoxSpec, tuple[Requirement, ...]], tuple[Requirement, ...]]]
+    readers = {"podman": podman_requirements}
+    reader = readers.get(spec.engine)
+    table = requirements(spec)
+    return table if reader is None else reader(spec, table)
+
+
 def verify(spec: BoxSpec, inspected: Mapping[str, Any]) -> PostureReport:
     """Compare the engine's view of a created box with the posture it must have."""
-    return check_requirements(requirements(spec), inspected)
+    return check_requirements(readback_requirements(spec), inspected)
 
 
 def check_requirements(

@@ -79,6 +79,8 @@ class EngineFacts:
     endpoint: str
     api_version: str
     server_version: str
+    # Which engine it is ("docker", "podman"), from its own answers.
+    name: str = "docker"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ from pybox._engine.stream import DockerAttachStream
 class DockerEngine(EngineHTTP):
     """Implements `Engine`: one method per Engine API call."""
 
+    # pybox's name for the engine (receipts, doctor); PodmanEngine says "podman".
+    name = "docker"
+
     # -- system ---------------------------------------------------------------
 
     def version(self) -> JSONObject:
@@ -40,6 +43,10 @@ class DockerEngine(EngineHTTP):
             "GET", f"/containers/{container_id}/json", answers={404: None}
         )
         return result
+
+    def cgroup_path(self, container_id: str) -> str | None:
+        """Docker's answers name no cgroup path: the sampler looks in its usual layouts."""
+        return None
 
     def start_container(self, container_id: str) -> None:
         self._call("POST", f"/containers/{container_id}/start", ok=(204, 304))

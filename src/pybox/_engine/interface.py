@@ -41,6 +41,11 @@ class BoxEngine(Protocol):
     """Creating, checking, running, watching and removing boxes."""
 
     @property
+    def name(self) -> str:
+        """pybox's name for the engine ("docker", "podman"): receipts and doctor show it."""
+        ...
+
+    @property
     def endpoint(self) -> EngineEndpoint: ...
 
     @property
@@ -70,6 +75,10 @@ class BoxEngine(Protocol):
     def list_containers(self, labels: Mapping[str, str | None]) -> list[JSONObject]: ...
 
     def inspect_image(self, reference: str) -> JSONObject | None: ...
+
+    def cgroup_path(self, container_id: str) -> str | None:
+        """Where a started box's cgroup is, when the engine says (None: it does not)."""
+        ...
 
 
 class ImageEngine(Protocol):

@@ -64,6 +64,8 @@ class EngineHTTP:
         self._api_version = api_version
         self._server_version = server_version
         self._transport: Transport = transport or UnixTransport(endpoint)
+        # What the engine calls itself in its answers' Server header ("Docker", "Libpod").
+        self.product = ""
 
     @classmethod
     def connect(cls, endpoint: EngineEndpoint, transport: Transport | None = None) -> Self:
@@ -81,8 +83,12 @@ class EngineHTTP:
                     f"The engine at {endpoint.url} answered /version with {server!r}."
                 )
             raw, release = str(server.get("ApiVersion", "0.0")), str(server.get("Version", ""))
+            names = [c.get("Name") for c in server.get("Components") or [] if isinstance(c, dict)]
+            product = "Libpod/" if "Podman Engine" in names else "Docker/"
         chosen = negotiate_api_version(raw, endpoint.url)
-        return cls(endpoint, chosen, release or "unknown", transport=probe._transport)
+        engine = cls(endpoint, chosen, release or "unknown", transport=probe._transport)
+        engine.product = product.split("/", 1)[0]
+        return engine
 
     @property
     def endpoint(self) -> EngineEndpoint:
@@ -95,6 +101,10 @@ class EngineHTTP:
     @property
     def server_version(self) -> str:
         return self._server_version
+
+    @property
+    def transport(self) -> Transport:
+        return self._transport
 
     # -- plumbing -------------------------------------------------------------
 

@@ -30,9 +30,17 @@ from pybox._core.seccomp import (
     apparmor_requirement,
     profile_sha256,
 )
-from pybox._engine import DockerEngine, Engine, EngineEndpoint, JSONObject, find_endpoint
+from pybox._engine import (
+    DockerEngine,
+    Engine,
+    EngineEndpoint,
+    JSONObject,
+    connect_engine,
+    find_endpoint,
+)
 from pybox._features.images.records import check_images, other_users_image_hint
 from pybox._features.vm.control import colima_state_dict, vm_state
+from pybox._orchestration.engine_checks import limits_problem, podman_start_hint
 from pybox._orchestration.hosts import NO_TOOL_PATHS, ToolPaths, make_colima, open_host
 from pybox._version import __version__
 
@@ -102,6 +110,7 @@ def engine_facts(engine: Engine, info: JSONObject) -> dict[str, Any]:
     """What setup and doctor report about an engine."""
     return {
         "reachable": True,
+        "name": engine.name,
         "server_version": engine.server_version,
         "api_version": engine.api_version,
         "cgroup_version": info.get("CgroupVersion"),
@@ -313,14 +322,28 @@ def _diagnose(
         start_hint = "pybox vm start"
     else:
         start_hint = START_ENGINE
+        podman_hint = podman_start_hint(report["platform"]["cgroup_version"])
         try:
-            endpoint = find_endpoint(environ)
+            endpoint = find_endpoint(environ, settings.engine)
         except PyboxError as exc:
+            if podman_hint and settings.engine != "docker":
+                # Podman is installed but its API service is not listening.
+                start_hint = podman_hint
             _problem(problems, "engine", str(exc), engine_next_step(exc, None, start_hint))
             return
-    report["engine"] = {"socket": endpoint.url, "found_by": endpoint.found_by, "reachable": False}
+        if endpoint.engine == "podman" and podman_hint:
+            start_hint = podman_hint
+    report["engine"] = {
+        "socket": endpoint.url,
+        "found_by": endpoint.found_by,
+        "chosen_by": f"engine = {settings.engine!r} ({settings.engine_source})",
+        "reachable": False,
+    }
     try:
-        engine = DockerEngine.connect(endpoint)
+        if host.in_vm:
+            engine: Engine = DockerEngine.connect(endpoint)
+        else:
+            engine = connect_engine(endpoint, settings.engine)
         info = engine.info()
     except PyboxError as exc:
         _problem(
@@ -331,6 +354,9 @@ def _diagnose(
         )
         return
     report["engine"].update(engine_facts(engine, info))
+    problem = limits_problem(engine.name, info)
+    if problem is not None:
+        _problem(problems, "engine", problem, problem.split("Fix: ", 1)[-1])
     _confinement(report, problems, info, local_host=not host.in_vm)
     state = StateStore(settings.state_dir)
     try:

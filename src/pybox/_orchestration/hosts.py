@@ -16,14 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from pybox._adapters.cgroups import Sampler, SamplerFactory, local_sampler_factory
+from pybox._adapters.cgroups import (
+    Sampler,
+    SamplerFactory,
+    engine_path_sampler_factory,
+)
 from pybox._adapters.config import Settings
 from pybox._adapters.host_facts import owner_alive
 from pybox._adapters.quarantine import mark_quarantined
 from pybox._boxes.outputs import FileMarker
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._core.errors import InvalidRequest, PlatformError, VMIsolationError
-from pybox._engine import DockerEngine, Engine, find_endpoint
+from pybox._engine import DockerEngine, Engine, connect_engine, find_endpoint
 
 # The Colima driver is imported where the VM is used: a Linux run does not pay for it.
 if TYPE_CHECKING:
@@ -146,19 +150,26 @@ class LocalHost:
         self.settings = settings
         self.environ: Mapping[str, str] = dict(environ)
         self.choice = choice
+        self._engine: Engine | None = None
 
     @property
     def name(self) -> str:
         return self.choice.name
 
     def connect(self) -> Engine:
-        return DockerEngine.connect(find_endpoint(self.environ))
+        """Docker or Podman (`engine` in the config, PYBOX_ENGINE, or found), driven
+        as what its answers say it is."""
+        choice = self.settings.engine
+        engine = connect_engine(find_endpoint(self.environ, choice), choice)
+        self._engine = engine
+        return engine
 
     def check_before_run(self) -> None:
         return None
 
     def sampler_factory(self) -> SamplerFactory:
-        return local_sampler_factory(SAMPLE_INTERVAL_S)
+        """Counters from the cgroup the engine names (Podman), else its usual layouts."""
+        return engine_path_sampler_factory(SAMPLE_INTERVAL_S, lambda: self._engine)
 
     def output_marker(self) -> FileMarker | None:
         return None

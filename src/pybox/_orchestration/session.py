@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
+from pybox._adapters.cgroups import SamplerFactory, engine_path_sampler_factory
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
 from pybox._adapters.host_facts import current_owner, owner_alive
@@ -38,6 +38,7 @@ from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.admission import SessionAdmission
+from pybox._orchestration.engine_checks import refuse_unsafe_engine
 from pybox._orchestration.hosts import Host, open_host
 from pybox._orchestration.session_images import SessionImages
 from pybox._orchestration.staging import OutputStaging, stage_outputs
@@ -86,7 +87,9 @@ class Session(SessionImages):
         self.is_owner_alive = is_owner_alive
         if sampler_factory is None:
             sampler_factory = (
-                host.sampler_factory() if host else local_sampler_factory(SAMPLE_INTERVAL_S)
+                host.sampler_factory()
+                if host
+                else engine_path_sampler_factory(SAMPLE_INTERVAL_S, lambda: self._engine)
             )
         self._sampler_factory = sampler_factory
         self._runtime = runtime
@@ -232,7 +235,10 @@ class Session(SessionImages):
     def _info(self) -> dict[str, Any]:
         """The engine's `/info`, asked once per session."""
         if self._engine_info is None:
-            self._engine_info = dict(self.engine.info())
+            info = dict(self.engine.info())
+            # A rootless engine on cgroup v1 ignores the caps: no box runs on it.
+            refuse_unsafe_engine(self.engine.name, info)
+            self._engine_info = info
         return self._engine_info
 
     def prepare(self, request: RunRequest) -> PreparedRun:
@@ -269,6 +275,7 @@ class Session(SessionImages):
             endpoint=f"{engine.endpoint.url} ({engine.endpoint.found_by})",
             api_version=engine.api_version,
             server_version=engine.server_version,
+            name=engine.name,
         )
 
     def engine_report(self) -> dict[str, Any]:

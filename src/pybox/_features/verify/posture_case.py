@@ -251,6 +251,13 @@ class WeakenedCreateEngine:
         return self._engine.endpoint
 
     @property
+    def name(self) -> str:
+        return self._engine.name
+
+    def cgroup_path(self, container_id: str) -> str | None:
+        return self._engine.cgroup_path(container_id)
+
+    @property
     def api_version(self) -> str:
         return self._engine.api_version
 

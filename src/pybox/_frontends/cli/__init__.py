@@ -255,6 +255,13 @@ def build_parser(
         metavar="FILE",
         help="operator config file (TOML), given before the command (default: $PYBOX_CONFIG)",
     )
+    parser.add_argument(
+        "--engine",
+        dest="engine_choice",
+        choices=("auto", "docker", "podman"),
+        help="the container engine, given before the command (default: $PYBOX_ENGINE, the "
+        "config's engine, else Docker's socket if there is one, then Podman's)",
+    )
     commands = parser.add_subparsers(
         # prog as argparse would work it out, given so that no usage is formatted for it
         prog="pybox",
@@ -293,6 +300,10 @@ def main(
 ) -> int:
     parser = build_parser(extra_commands)
     args = parse(parser, argv)
+    if args.engine_choice:
+        # One place for every command (and the processes it starts): the flag wins
+        # over the config file, as PYBOX_ENGINE does.
+        os.environ["PYBOX_ENGINE"] = args.engine_choice
     handler: Callable[[argparse.Namespace], int] = args.handler
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

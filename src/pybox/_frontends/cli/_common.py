@@ -58,7 +58,7 @@ exit codes:
                     `pybox audit verify`: 1 when the audit chain is broken
 """
 # Options of `pybox` itself that people also try after the command.
-GLOBAL_OPTIONS = ("--config",)
+GLOBAL_OPTIONS = ("--config", "--engine")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

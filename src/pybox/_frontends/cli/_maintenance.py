@@ -18,6 +18,8 @@ from pybox._frontends.cli._common import (
 )
 from pybox._version import __version__
 
+ENGINE_TITLES = {"docker": "Docker", "podman": "Podman"}
+
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     report = open_session(args).sweep()
@@ -73,9 +75,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     engine = report.get("engine")
     if engine:
         say(f"engine: {engine['socket']} (found by {engine['found_by']})", out)
+        if engine.get("chosen_by"):
+            say(f"        {engine['chosen_by']}", out)
         if engine.get("reachable"):
+            title = ENGINE_TITLES.get(engine.get("name", "docker"), "Docker")
             say(
-                f"        Docker {engine['server_version']}, API {engine['api_version']}, cgroup v"
+                f"        {title} {engine['server_version']}, API {engine['api_version']}, cgroup v"
                 f"{engine['cgroup_version']} ({engine['cgroup_driver']}), "
                 f"runtimes {', '.join(engine['runtimes'])}",
                 out,

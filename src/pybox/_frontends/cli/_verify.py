@@ -77,6 +77,9 @@ def _json_error(exc: PyboxError) -> str:
     )
 
 
+ENGINE_TITLES = {"docker": "Docker", "podman": "Podman"}
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     try:
         session = open_session(args)
@@ -90,12 +93,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         "endpoint": facts.endpoint,
         "api_version": facts.api_version,
         "server_version": facts.server_version,
+        "name": facts.name,
     }
     if not args.json:
         say(
             fit(
                 f"pybox {__version__} verify: hostile programs against {facts.endpoint}, "
-                f"Docker {facts.server_version}"
+                f"{ENGINE_TITLES.get(facts.name, facts.name)} {facts.server_version}"
             ),
             sys.stdout,
         )

@@ -26,7 +26,15 @@ WHERE = {
 # The environment a server started by a client needs to see what the operator sees:
 # where the engine is, which configuration and state, and policy set by variable.
 # Never the HTTP token (a stdio server has no use for it) nor anything else.
-CARRIED_ENV = ("DOCKER_HOST", "PYBOX_CONFIG", "PYBOX_STATE_DIR", "PYBOX_PLATFORM", "COLIMA_HOME")
+CARRIED_ENV = (
+    "DOCKER_HOST",
+    "CONTAINER_HOST",
+    "PYBOX_ENGINE",
+    "PYBOX_CONFIG",
+    "PYBOX_STATE_DIR",
+    "PYBOX_PLATFORM",
+    "COLIMA_HOME",
+)
 CARRIED_PREFIXES = ("PYBOX_MAX_", "PYBOX_DEFAULT_", "PYBOX_POOL_")
 PATH_VARIABLES = ("PYBOX_CONFIG", "PYBOX_STATE_DIR", "COLIMA_HOME")
 

@@ -1,0 +1,236 @@
+"""The box's posture as Podman reports it: every difference from Docker, mapped.
+
+Podman (4.3) answers the compatible inspect with some fields in its own form,
+some not at all, and keeps others only in its own inspect answer (which
+`PodmanEngine` puts under `"Libpod"`). Each entry of `MAPPINGS` replaces one
+of Docker's requirements (`pybox._core.posture.requirements`) with what
+Podman must show for the same box; a field not listed is read back exactly as
+on Docker. `tests/unit/test_posture_podman.py` pins each mapping with Podman's
+recorded answer, and docs/engines.md lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pybox._core.posture import Check, Requirement
+from pybox._core.seccomp import security_opt_view
+
+if TYPE_CHECKING:
+    from pybox._core.posture import BoxSpec
+
+LIBPOD = "Libpod"
+# Sent explicitly to Podman (its default is above what its runtime may set).
+PODMAN_NPROC = 16384
+
+
+def _libpod(*path: str) -> tuple[str, ...]:
+    return (LIBPOD, *path)
+
+
+def podman_tmpfs_options(options: str, uid: int) -> str:
+    """Docker's tmpfs options as Podman shows them: `uid=`/`gid=` of the box's own
+    user become `U`; Podman adds `rprivate`. pybox sends `notmpcopyup`, which Podman
+    shows as the absence of `tmpcopyup` (the image's files copied in)."""
+    parts = [p for p in options.split(",") if p and not p.startswith(("uid=", "gid="))]
+    if f"uid={uid}" in options.split(","):
+        parts.append("U")
+    return ",".join([*parts, "rprivate"])
+
+
+def tmpfs_view(value: Any) -> Any:
+    """A tmpfs map compared by each path's set of options (Podman reorders them)."""
+    if isinstance(value, Mapping):
+        return {path: sorted(str(options).split(",")) for path, options in value.items()}
+    return value
+
+
+def ulimits_view(value: Any) -> Any:
+    """Ulimits by name, sorted (Podman says RLIMIT_NOFILE where Docker says nofile)."""
+    if not isinstance(value, list):
+        return value
+    shown = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            return value
+        name = str(item.get("Name", "")).lower().removeprefix("rlimit_")
+        shown.append((name, item.get("Soft"), item.get("Hard")))
+    return sorted(shown)
+
+
+Mapping_ = Callable[["BoxSpec", Requirement], tuple[Requirement, ...]]
+
+
+def _replace(
+    path: tuple[str, ...],
+    expected: Any,
+    why: str,
+    check: Check = Check.EQUAL,
+    view: Callable[[Any], Any] | None = None,
+) -> Mapping_:
+    def mapped(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+        return (Requirement(path, expected, f"{docker.why}; Podman: {why}", check, view=view),)
+
+    return mapped
+
+
+def _tmpfs(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+    expected = {path: podman_tmpfs_options(o, spec.uid) for path, o in spec.tmpfs().items()}
+    return (
+        Requirement(
+            ("HostConfig", "Tmpfs"),
+            expected,
+            f"{docker.why}; Podman: uid/gid as U (chown to the box's user), no copy-up, "
+            "rprivate, and no /run or /var/tmp tmpfs of its own",
+            view=tmpfs_view,
+        ),
+    )
+
+
+def _cap_drop(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+    why = (
+        f"{docker.why}; Podman lists its default set under CapDrop, so its own "
+        "answer's bounding and effective sets must be empty"
+    )
+    return (
+        Requirement(_libpod("BoundingCaps"), [], why, Check.EMPTY),
+        Requirement(_libpod("EffectiveCaps"), [], why, Check.EMPTY),
+        Requirement(_libpod("HostConfig", "CapAdd"), [], why, Check.EMPTY),
+    )
+
+
+def seccomp_file_view(value: Any) -> Any:
+    """SecurityOpt with Podman's `seccomp=<dir>/seccomp-<sha256>.json` shown as
+    `seccomp=sha256:<sha256>`, as Docker's profile text is (the adapter writes the
+    file by its content's hash and checks it before create)."""
+    if not isinstance(value, list):
+        return value
+    shown = []
+    for option in value:
+        text = str(option)
+        name = text.rsplit("/", 1)[-1]
+        if text.startswith("seccomp=/") and name.startswith("seccomp-") and name.endswith(".json"):
+            digest = name[len("seccomp-") : -len(".json")]
+            if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+                shown.append(f"seccomp=sha256:{digest}")
+                continue
+        shown.append(security_opt_view([option])[0])
+    return shown
+
+
+def _security_opt(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+    why = (
+        f"{docker.why}; Podman shows the profile as the file it was read from "
+        "(content-addressed), and no unmask= or label=disable"
+    )
+    return (
+        Requirement(("HostConfig", "SecurityOpt"), docker.expected, why, view=seccomp_file_view),
+        Requirement(
+            _libpod("HostConfig", "SecurityOpt"), docker.expected, why, view=seccomp_file_view
+        ),
+    )
+
+
+def _ulimits(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+    expected = [*docker.expected, {"Name": "nproc", "Soft": PODMAN_NPROC, "Hard": PODMAN_NPROC}]
+    return (
+        Requirement(
+            ("HostConfig", "Ulimits"),
+            expected,
+            f"{docker.why}; Podman: RLIMIT_ names, and an explicit RLIMIT_NPROC {PODMAN_NPROC} "
+            "(its default is more than the runtime may set; the processes cap bites first)",
+            view=ulimits_view,
+        ),
+    )
+
+
+def _log_config(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+    why = f"{docker.why}; Podman adds empty Path, Tag and Size"
+    return (
+        Requirement(("HostConfig", "LogConfig", "Type"), "none", why),
+        Requirement(("HostConfig", "LogConfig", "Config"), {}, why, Check.EMPTY),
+    )
+
+
+def _runtime(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+    return (
+        Requirement(
+            _libpod("OCIRuntime"),
+            docker.expected,
+            f"{docker.why}; Podman's compatible answer always says 'oci', its own names it",
+        ),
+    )
+
+
+_NOT_REPORTED = "Podman's answers do not carry this field"
+
+MAPPINGS: dict[str, Mapping_] = {
+    "Config.StdinOnce": _replace(
+        ("Config", "StdinOnce"),
+        False,
+        "it has no stdin-once (reported false): a box whose pybox vanished ends at its "
+        "backstop deadline, not at once",
+        Check.EMPTY,
+    ),
+    "Config.AttachStdin": _replace(
+        ("Config", "AttachStdin"), False, f"{_NOT_REPORTED} (reported false)", Check.EMPTY
+    ),
+    "Config.AttachStdout": _replace(
+        ("Config", "AttachStdout"), False, f"{_NOT_REPORTED} (reported false)", Check.EMPTY
+    ),
+    "Config.AttachStderr": _replace(
+        ("Config", "AttachStderr"), False, f"{_NOT_REPORTED} (reported false)", Check.EMPTY
+    ),
+    "Config.NetworkDisabled": _replace(
+        _libpod("HostConfig", "NetworkMode"),
+        "none",
+        f"{_NOT_REPORTED} (null); its own answer's network mode is none",
+    ),
+    "HostConfig.Tmpfs": _tmpfs,
+    "HostConfig.CapDrop": _cap_drop,
+    "HostConfig.SecurityOpt": _security_opt,
+    "HostConfig.PidMode": _replace(
+        ("HostConfig", "PidMode"), "private", "reports its own namespace as 'private'"
+    ),
+    "HostConfig.UTSMode": _replace(
+        ("HostConfig", "UTSMode"), "private", "reports its own namespace as 'private'"
+    ),
+    "HostConfig.IpcMode": _replace(
+        ("HostConfig", "IpcMode"),
+        "shareable",
+        "4.3 reports a private IPC namespace as 'shareable' (a new namespace either way; "
+        "/dev/shm is its own size-capped tmpfs, ShmSize read back)",
+    ),
+    "HostConfig.CgroupnsMode": _replace(
+        _libpod("HostConfig", "CgroupMode"),
+        "private",
+        "the compatible answer leaves it empty, its own answer names it",
+    ),
+    "HostConfig.Runtime": _runtime,
+    "HostConfig.MaskedPaths": _replace(
+        ("HostConfig", "MaskedPaths"),
+        [],
+        f"{_NOT_REPORTED}: it masks its default list (a superset of pybox's) unless the box "
+        "is privileged or has unmask= (both read back)",
+        Check.EMPTY,
+    ),
+    "HostConfig.ReadonlyPaths": _replace(
+        ("HostConfig", "ReadonlyPaths"),
+        [],
+        f"{_NOT_REPORTED}: its default read-only list is a superset of pybox's unless the "
+        "box is privileged or has unmask= (both read back)",
+        Check.EMPTY,
+    ),
+    "HostConfig.Ulimits": _ulimits,
+    "HostConfig.LogConfig": _log_config,
+}
+
+
+def podman_requirements(spec: BoxSpec, table: tuple[Requirement, ...]) -> tuple[Requirement, ...]:
+    """Docker's table with each of Podman's differences mapped (MAPPINGS)."""
+    mapped: list[Requirement] = []
+    for requirement in table:
+        mapping = MAPPINGS.get(requirement.name)
+        mapped.extend((requirement,) if mapping is None else mapping(spec, requirement))
+    return tuple(mapped)
