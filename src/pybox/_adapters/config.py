@@ -25,6 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pybox._adapters.runtime_config import (
+    RUNTIME_SECTIONS,
+    runtime_policy_from_env,
+    runtime_policy_from_file,
+)
 from pybox._adapters.state import default_state_dir
 from pybox._core.admission import ADMISSION_KEYS, AdmissionConfig
 from pybox._core.display import noun
@@ -32,6 +37,7 @@ from pybox._core.errors import ConfigError
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.repair import REPAIR_FIELDS_BY_KEY, RepairPolicy
+from pybox._core.runtimes import RuntimePolicy
 from pybox._core.sandbox_settings import SandboxSettings
 
 POOL_ENV = {
@@ -51,6 +57,7 @@ CONFIG_SECTIONS = (
     "colima",
     "allow_credential_env",
     *ADMISSION_KEYS,
+    *RUNTIME_SECTIONS,
 )
 PLATFORMS = ("auto", "linux", "colima")
 COLIMA_KEYS = {
@@ -92,6 +99,8 @@ class Settings:
     platform_source: str = "built-in"
     colima: ColimaSettings = field(default_factory=ColimaSettings)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    # The isolation lanes (runc, gvisor): pybox._adapters.runtime_config.
+    runtimes: RuntimePolicy = field(default_factory=RuntimePolicy)
 
 
 def _colima_settings(data: Any, path: Path) -> ColimaSettings:
@@ -184,6 +193,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     platform, platform_source = "auto", "built-in"
     colima = ColimaSettings()
     admission = AdmissionConfig()
+    runtimes = RuntimePolicy()
     if path is not None and (explicit or path.exists()):
         if not path.is_file():
             raise ConfigError(
@@ -229,6 +239,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         admission = admission.with_settings(
             {key: data[key] for key in ADMISSION_KEYS if key in data}, str(path)
         )
+        runtimes = runtime_policy_from_file(runtimes, data, path)
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
@@ -254,6 +265,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         policy = dataclasses.replace(policy, allow_credential_env=allow == "1")
         if "environment" not in sources:
             sources.append("environment")
+    runtimes = runtime_policy_from_env(runtimes, environ)
     if environ.get("PYBOX_PLATFORM"):
         platform = _platform_choice(environ["PYBOX_PLATFORM"], "PYBOX_PLATFORM")
         platform_source = "PYBOX_PLATFORM"
@@ -269,4 +281,5 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         platform_source=platform_source,
         colima=colima,
         admission=admission,
+        runtimes=runtimes,
     )
