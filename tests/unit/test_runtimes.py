@@ -150,7 +150,7 @@ def test_a_run_asking_for_gvisor_on_an_engine_without_it_is_refused(
     engine.calls.clear()
     only_runc = RuntimePolicy(default=RUNC, allowed=(RUNC,), source="ops.toml")
     session = gvisor_session(engine, state, only_runc)
-    with pytest.raises(RuntimeNotAllowed, match="ops.toml"):
+    with pytest.raises(RuntimeNotAllowed, match=r"ops\.toml"):
         session.prepare(RunRequest(code=b"", runtime="gvisor"))
     assert engine.calls == []  # refused before the engine was asked anything
 
