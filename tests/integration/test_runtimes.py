@@ -14,12 +14,7 @@ from pybox._core.runtimes import GVISOR, RUNC
 from pybox._engine import Engine
 from pybox._orchestration.session import Session
 from tests.integration.conftest import run_cli
-from tests.integration.runtimes import (  # noqa: F401 (fixtures)
-    GVISOR_ENGINE_RUNTIME,
-    lane,
-    lane_session,
-    need_lane,
-)
+from tests.integration.runtimes import GVISOR_ENGINE_RUNTIME, need_lane
 
 WHERE = b"print(open('/proc/version').read().split()[2])\n"
 
@@ -144,7 +139,7 @@ def test_the_writable_cap_holds_in_each_tmpfs_in_each_lane(lane_session: Session
     lines = stdout.decode().splitlines()
     assert len(lines) == 3
     for line in lines:
-        place, written, errno = line.split()
+        _place, written, errno = line.split()
         assert errno == "28" and 14 <= int(written) <= 16, line  # ENOSPC at the cap
 
 
