@@ -181,6 +181,13 @@ class Session(SessionImages):
             self._default_runtime = choice
         return choice
 
+    def use_runtime(self, lane: str) -> RuntimeChoice:
+        """Make `lane` this session's default (`pybox verify --runtime`), where the
+        operator allows it and the engine has it; or a clear refusal."""
+        choice = self.runtime_choice(lane)
+        self._default_runtime = choice
+        return choice
+
     def _context(self, runtime: RuntimeChoice | None = None) -> BoxContext:
         return BoxContext(
             engine=self.engine,
