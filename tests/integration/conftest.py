@@ -32,6 +32,9 @@ from pybox._orchestration.session import Session
 
 REQUIRE = os.environ.get("PYBOX_REQUIRE_ENGINE") == "1"
 
+# The runtime-parametrised fixtures (runc, gvisor): tests/integration/runtimes.py.
+from tests.integration.runtimes import lane, lane_session  # noqa: E402, F401
+
 
 def _unavailable(reason: str) -> None:
     if REQUIRE:

@@ -283,6 +283,8 @@ class FakeEngine:
             TEST_IMAGE_ID: labelled_image(TEST_IMAGE_ID, "stdlib", TEST_RECIPE_HASH)
         }
         self.ncpu = 2
+        # GET /info `Runtimes` (tests register gVisor here).
+        self.runtimes: dict[str, Any] = {"runc": {"path": "runc"}}
         # Like a real engine on this machine: AppArmor where the kernel has it.
         self.apparmor = host_apparmor()[0] is True
         self.security_options = ["name=seccomp,profile=default"]
@@ -330,6 +332,7 @@ class FakeEngine:
         self._call("info")
         return {
             "NCPU": self.ncpu,
+            "Runtimes": self.runtimes,
             "CgroupVersion": "1",
             "CgroupDriver": "cgroupfs",
             "SecurityOptions": self.security_options + ["name=apparmor"] * self.apparmor,

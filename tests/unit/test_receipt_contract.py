@@ -52,6 +52,16 @@ PINNED = {
         "inputs",
         "collect_outputs",
         "libraries",
+        "isolation",
+    ],
+    "configured.isolation": [
+        "lane",
+        "engine_runtime",
+        "engine_runtime_args",
+        "chosen_by",
+        "shares_host_kernel",
+        "system_calls",
+        "limits_applied",
     ],
     "configured.engine": ["endpoint", "api_version", "server_version", "name"],
     "configured.confinement": [
@@ -108,6 +118,7 @@ PINNED = {
         "cpu_throttled_s",
         "counters_since",
         "peaks_include_idle_wait",
+        "scope",
     ],
     "observed_by_pybox": [
         "started_at",

@@ -29,6 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pybox._adapters.runtime_config import (
+    RUNTIME_SECTIONS,
+    gvisor_preview_gate,
+    runtime_policy_from_env,
+    runtime_policy_from_file,
+)
 from pybox._adapters.state import default_state_dir
 from pybox._core.admission import ADMISSION_KEYS, AdmissionConfig
 from pybox._core.display import noun
@@ -38,6 +44,7 @@ from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
 from pybox._core.locations import config_path
 from pybox._core.pool import PoolSettings
 from pybox._core.repair import REPAIR_FIELDS_BY_KEY, RepairPolicy
+from pybox._core.runtimes import RuntimePolicy
 from pybox._core.sandbox_settings import SandboxSettings
 
 POOL_ENV = {
@@ -60,6 +67,7 @@ CONFIG_SECTIONS = (
     "colima",
     "allow_credential_env",
     *ADMISSION_KEYS,
+    *RUNTIME_SECTIONS,
 )
 PLATFORMS = ("auto", "linux", "colima")
 ENGINES = ("auto", "docker", "podman")
@@ -106,6 +114,8 @@ class Settings:
     # "auto" (Docker's socket, else Podman's), "docker" or "podman"; PYBOX_ENGINE wins.
     engine: str = "auto"
     engine_source: str = "built-in"
+    # The isolation lanes (runc, gvisor): pybox._adapters.runtime_config.
+    runtimes: RuntimePolicy = field(default_factory=RuntimePolicy)
 
 
 def _colima_settings(data: Any, path: Path) -> ColimaSettings:
@@ -205,6 +215,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     engine, engine_source = "auto", "built-in"
     colima = ColimaSettings()
     admission = AdmissionConfig()
+    runtimes = RuntimePolicy()
     if path is not None and (explicit or path.exists()):
         if not path.is_file():
             raise ConfigError(
@@ -253,6 +264,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         admission = admission.with_settings(
             {key: data[key] for key in ADMISSION_KEYS if key in data}, str(path)
         )
+        runtimes = runtime_policy_from_file(runtimes, data, path)
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
@@ -278,6 +290,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         policy = dataclasses.replace(policy, allow_credential_env=allow == "1")
         if "environment" not in sources:
             sources.append("environment")
+    runtimes = gvisor_preview_gate(runtime_policy_from_env(runtimes, environ), environ)
     if environ.get("PYBOX_PLATFORM"):
         platform = _platform_choice(environ["PYBOX_PLATFORM"], "PYBOX_PLATFORM")
         platform_source = "PYBOX_PLATFORM"
@@ -299,4 +312,5 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         admission=admission,
         engine=engine,
         engine_source=engine_source,
+        runtimes=runtimes,
     )

@@ -6,6 +6,7 @@ the kernel and pybox observed; what nobody could observe is listed as unknown.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +29,7 @@ from pybox._core.receipt import (
     SkippedFile,
     Unknown,
 )
+from pybox._core.runtime_limits import isolation_facts, kernel_scope
 from pybox._core.seccomp import PROFILE_NAME
 from pybox._core.status import Evidence, classify
 
@@ -92,7 +94,9 @@ def build_receipt(record: RunRecord) -> Receipt:
         cause=cause,
         configured=_configured(record),
         observed_by_engine=engine_observed,
-        observed_by_kernel=record.kernel,
+        observed_by_kernel=dataclasses.replace(
+            record.kernel, scope=kernel_scope(record.spec.isolation.lane)
+        ),
         observed_by_pybox=PyboxObserved(
             started_at=record.started_at,
             create_s=_rounded(marks.get("created")),
@@ -247,6 +251,7 @@ def _configured(record: RunRecord) -> Configured:
         code=FileDigest(request.code_name, len(request.code), _sha256(request.code)),
         inputs=tuple(FileDigest(i.name, len(i.data), _sha256(i.data)) for i in request.inputs),
         collect_outputs=record.collect_outputs,
+        isolation=isolation_facts(spec.isolation, record.limits),
     )
 
 

@@ -26,6 +26,7 @@ from pybox._core.posture import (
     create_body,
     verify,
 )
+from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
 from pybox._core.seccomp import Confinement
 from pybox._engine import AttachStream, Engine
 
@@ -44,7 +45,7 @@ class BoxContext:
     pybox_version: str
     bootstrap_source: str
     sampler_factory: SamplerFactory
-    runtime: str = "runc"
+    isolation: RuntimeChoice = RUNC_CHOICE
     # Sessions pass the engine's own; a context made without one assumes a
     # local engine that reports nothing (this machine's AppArmor decides).
     confinement: Confinement = field(default_factory=lambda: confinement({}, local_host=True))
@@ -84,7 +85,7 @@ def box_spec(
         pybox_version=context.pybox_version,
         confinement=context.confinement,
         code_name=code_name,
-        runtime=context.runtime,
+        isolation=context.isolation,
         image_env=image.env,
         uid=new_box_uid() if uid is None else uid,
         sandbox_store=sandbox_store,

@@ -30,6 +30,11 @@ class InvalidRequest(RequestRejected):
     """A request is malformed: wrong type, bad file name, missing file."""
 
 
+class RuntimeNotAllowed(RequestRejected):
+    """A run asked for a runtime (isolation lane) the operator does not allow (never moved
+    to another)."""
+
+
 class SandboxNotFound(RequestRejected):
     """No sandbox of that id is known (or it was destroyed)."""
 
@@ -88,6 +93,10 @@ class EngineError(PyboxError):
 
 class EngineUnavailable(EngineError):
     """The container engine cannot be reached. Never read as "already gone"."""
+
+
+class RuntimeUnavailable(EngineError):
+    """The run's runtime (gVisor) is not registered with the engine."""
 
 
 class EngineAPIError(EngineError):

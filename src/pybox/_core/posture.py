@@ -17,6 +17,8 @@ from enum import Enum
 from typing import Any
 
 from pybox._core.limits import Limits
+from pybox._core.runtime_limits import engine_pids_limit, ulimits
+from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
 from pybox._core.seccomp import Confinement, security_opt_view
 from pybox._core.wire import ONE_PROGRAM, PROTOCOLS, SANDBOX
 
@@ -167,7 +169,8 @@ class BoxSpec:
     pybox_version: str
     confinement: Confinement
     code_name: str = "main.py"
-    runtime: str = "runc"
+    # The isolation lane: its engine runtime is HostConfig.Runtime, read back.
+    isolation: RuntimeChoice = RUNC_CHOICE
     image_env: tuple[tuple[str, str], ...] = field(default=())
     uid: int = BOX_UID  # runs draw one of their own: see BOX_UID_FIRST
     payload_wait_s: float = PAYLOAD_WAIT_S
@@ -192,6 +195,11 @@ class BoxSpec:
     @property
     def name(self) -> str:
         return f"pybox-{self.run_id}"
+
+    @property
+    def runtime(self) -> str:
+        """The engine's name of the box's runtime (runc, or runsc for gVisor)."""
+        return self.isolation.engine_runtime
 
     @property
     def user(self) -> str:
@@ -332,7 +340,7 @@ def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
         _host("CgroupnsMode", "private", "a private cgroup namespace"),
         _host("CgroupParent", "", "the engine's cgroup", Check.EMPTY),
         _host("Init", False, "pybox's bootstrap is init; no host binary mounted", Check.EMPTY),
-        _host("Runtime", spec.runtime, "the expected runtime"),
+        _host("Runtime", spec.runtime, f"the {spec.isolation.lane} runtime"),
         Requirement(
             ("HostConfig", "MaskedPaths"),
             list(REQUIRED_MASKED_PATHS),
@@ -350,14 +358,15 @@ def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
         _host("MemorySwap", limits.memory_bytes, "swap equal to memory: no swap escape"),
         _host("OomKillDisable", False, "the kernel may end a box over its memory", Check.EMPTY),
         _host("NanoCpus", round(limits.cpus * 1e9), "CPU cap"),
-        _host("PidsLimit", limits.pids, "processes cap"),
+        _host(
+            "PidsLimit",
+            engine_pids_limit(spec.isolation.lane, limits),
+            "processes cap (under gVisor: the sandbox's host threads)",
+        ),
         _host(
             "Ulimits",
-            [
-                {"Name": "nofile", "Soft": limits.open_files, "Hard": limits.open_files},
-                {"Name": "core", "Soft": 0, "Hard": 0},
-            ],
-            "open files cap; no core dumps",
+            ulimits(spec.isolation.lane, limits),
+            "open files cap; no core dumps (under gVisor: the processes cap, nproc)",
         ),
         _host("OomScoreAdj", 0, "no change to OOM priority", Check.EMPTY),
         # Lifecycle and logs.

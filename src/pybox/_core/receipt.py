@@ -22,6 +22,7 @@ from typing import Any
 from pybox._core.boxquote import NOT_IN_JSON, BoxQuote
 from pybox._core.display import escape_text, plural, quoted
 from pybox._core.limits import FIELDS_BY_ATTR, MIB
+from pybox._core.runtime_limits import KERNEL_SCOPE_BOX, KERNEL_SCOPE_GVISOR, IsolationFacts
 
 RECEIPT_VERSION = 1
 # The human summary names this many skipped files; the receipt lists the first 100.
@@ -124,6 +125,8 @@ class Configured:
     collect_outputs: bool
     # A sandbox's run: the libraries installed for it (by an install box) just before.
     libraries: tuple[LibraryFact, ...] = ()
+    # The isolation lane and how each limit was applied in it (runtime_limits.py).
+    isolation: IsolationFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,10 @@ class KernelObserved:
     # subtracted. Peaks cannot be rebased, so they may include the idle wait.
     counters_since: str = "box_start"
     peaks_include_idle_wait: bool = False
+    # What the sampled cgroup holds: `box` (the program's processes and pybox's
+    # bootstrap) or `gvisor_sandbox` (gVisor's Sentry, Gofer and stubs plus the
+    # program: pids counts their host threads, memory includes gVisor's own).
+    scope: str = KERNEL_SCOPE_BOX
 
 
 CUMULATIVE_KERNEL_COUNTERS = (
@@ -374,10 +381,24 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
         f"  filter: seccomp profile {confinement.seccomp_profile} "
         f"{confinement.seccomp_profile_sha256[:19]}; {apparmor}"
     )
+    isolation = receipt.configured.isolation
+    if isolation is not None and not isolation.shares_host_kernel:
+        loaded = "--oci-seccomp" in isolation.engine_runtime_args
+        lines.append(
+            f"  runtime: {isolation.lane} ({isolation.engine_runtime}): system calls go to "
+            "gVisor's Sentry, not the host kernel; the seccomp profile is "
+            f"{'loaded inside' if loaded else 'not loaded inside'}"
+        )
     if kernel.samples:
         cpu = "unknown" if kernel.cpu_usage_s is None else f"{kernel.cpu_usage_s:.2f} s"
+        whose = (
+            " (gVisor sandbox: gVisor and the program)"
+            if kernel.scope == KERNEL_SCOPE_GVISOR
+            else ""
+        )
         lines.append(
-            f"  kernel: memory peak {format_bytes(kernel.memory_peak_bytes)}; processes peak "
+            f"  kernel{whose}: memory peak {format_bytes(kernel.memory_peak_bytes)}; "
+            "processes peak "
             f"{kernel.pids_peak if kernel.pids_peak is not None else 'unknown'}; CPU {cpu}; "
             f"throttled {_count(kernel.cpu_throttled_periods, 'period')}; OOM kills "
             f"{kernel.oom_kill_count}; {plural(kernel.samples, 'sample')}"

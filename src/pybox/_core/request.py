@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pybox._core.errors import InvalidRequest
 from pybox._core.images import ImageRecord, check_image_name
 from pybox._core.limits import LimitRequest, Limits
+from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
 
 CODE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.py")
 MAX_NAME_BYTES = 255
@@ -52,6 +53,8 @@ class RunRequest:
     env: tuple[tuple[str, str], ...] = ()
     # What the program reads on stdin (a regular file); empty means end-of-file at once.
     stdin_bytes: bytes = b""
+    # The isolation lane asked for ("runc", "gvisor"); None: the operator's default.
+    runtime: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class PreparedRun:
     limits: Limits
     image: ImageRecord
     run_id: str
+    # The lane chosen for the run, checked against the engine.
+    runtime: RuntimeChoice = RUNC_CHOICE
 
 
 def check_input_name(name: object) -> str:

@@ -311,6 +311,7 @@ def _diagnose(
         "sources": list(settings.sources),
         "state_dir": str(settings.state_dir),
         "policy": settings.policy.to_dict(),
+        "runtimes": settings.runtimes.to_dict(),
     }
     host = open_host(settings, environ)
     report["platform"]["pybox_platform"] = host.name
@@ -358,6 +359,12 @@ def _diagnose(
     if problem is not None:
         _problem(problems, "engine", problem, problem.split("Fix: ", 1)[-1])
     _confinement(report, problems, info, local_host=not host.in_vm)
+    from pybox._orchestration.runtime_doctor import find_runsc, gvisor_report
+
+    report["gvisor"], gvisor_problems = gvisor_report(
+        dict(info), settings.runtimes, local_host=not host.in_vm, runsc_path=find_runsc()
+    )
+    problems.extend(gvisor_problems)
     state = StateStore(settings.state_dir)
     try:
         images = check_images(engine, state)

@@ -33,6 +33,7 @@ from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
 from pybox._core.request import PreparedRun, RunRequest, check_request
+from pybox._core.runtimes import RuntimeChoice, RuntimePolicy, resolve_on_engine
 from pybox._core.sandbox_settings import SandboxSettings
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
@@ -67,7 +68,7 @@ class Session(SessionImages):
         owner: str | None = None,
         sampler_factory: SamplerFactory | None = None,
         is_owner_alive: Callable[[str], bool | None] = owner_alive,
-        runtime: str = "runc",
+        runtimes: RuntimePolicy | None = None,
         pool: PoolSettings | None = None,
         log: Callable[[str], None] | None = None,
         host: Host | None = None,
@@ -92,8 +93,9 @@ class Session(SessionImages):
                 else engine_path_sampler_factory(SAMPLE_INTERVAL_S, lambda: self._engine)
             )
         self._sampler_factory = sampler_factory
-        self._runtime = runtime
         self.pool_service = pool_service  # the CLI pool service's session
+        self.runtimes = runtimes or RuntimePolicy()
+        self._default_runtime: RuntimeChoice | None = None
         self._environ = os.environ if environ is None else environ
         self._bootstrap = bootstrap_source()
         self._swept: int | None = None  # boxes the session's one sweep removed
@@ -152,6 +154,7 @@ class Session(SessionImages):
             admission=settings.admission,
             experiment_settings=settings.experiments,
             pool_service=pool_service,
+            runtimes=settings.runtimes,
         )
 
     @property
@@ -180,7 +183,26 @@ class Session(SessionImages):
                 self._engine = self._connect()
             return self._engine
 
-    def _context(self) -> BoxContext:
+    def runtime_choice(self, requested: str | None = None) -> RuntimeChoice:
+        """The lane for a run asking for `requested` (None: the operator's default),
+        checked against the engine's registered runtimes; or a clear refusal."""
+        if requested is None and self._default_runtime is not None:
+            return self._default_runtime
+        choice = self.runtimes.choose(requested)
+        if not choice.shares_host_kernel:  # runc needs no look at the engine's runtimes
+            choice = resolve_on_engine(choice, self._info())
+        if requested is None:
+            self._default_runtime = choice
+        return choice
+
+    def use_runtime(self, lane: str) -> RuntimeChoice:
+        """Make `lane` this session's default (`pybox verify --runtime`), where the
+        operator allows it and the engine has it; or a clear refusal."""
+        choice = self.runtime_choice(lane)
+        self._default_runtime = choice
+        return choice
+
+    def _context(self, runtime: RuntimeChoice | None = None) -> BoxContext:
         return BoxContext(
             engine=self.engine,
             state=self.state,
@@ -188,7 +210,7 @@ class Session(SessionImages):
             pybox_version=__version__,
             bootstrap_source=self._bootstrap,
             sampler_factory=self._sampler_factory,
-            runtime=self._runtime,
+            isolation=self.runtime_choice() if runtime is None else runtime,
             confinement=self.confinement(),
             pool_service=self.pool_service,
         )
@@ -249,8 +271,15 @@ class Session(SessionImages):
         (an unreachable engine is an error) and the run gets its one id.
         """
         limits = self.resolve(request)
+        self.runtimes.choose(request.runtime)  # a lane the operator refuses: before the engine
         image = self.verified_image(request.image)
-        return PreparedRun(request=request, limits=limits, image=image, run_id=new_run_id())
+        return PreparedRun(
+            request=request,
+            limits=limits,
+            image=image,
+            run_id=new_run_id(),
+            runtime=self.runtime_choice(request.runtime),
+        )
 
     def resolve(self, request: RunRequest) -> Limits:
         """Effective limits for a request, or a clear refusal. Creates nothing.
@@ -339,7 +368,8 @@ class Session(SessionImages):
         if self.host is not None:
             self.host.check_before_run()
         warm = None
-        if self._pool is not None:
+        # The warm pool's boxes run in the default lane; a run in another makes its own.
+        if self._pool is not None and prepared.runtime == self.runtime_choice():
             from pybox._boxes.pool import PoolKey
 
             key = PoolKey.of(image, limits, request.code_name)
@@ -351,7 +381,7 @@ class Session(SessionImages):
         ):
             try:
                 outcome = run_once(
-                    self._context(),
+                    self._context(prepared.runtime),
                     request,
                     limits,
                     image,

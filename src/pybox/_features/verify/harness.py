@@ -80,6 +80,8 @@ class Suite:
         env.update(extra_env)
         env["PYBOX_STATE_DIR"] = str(self.session.state.root)
         env["DOCKER_HOST"] = self.engine.endpoint.url
+        # The controller's box runs in the suite's lane (`pybox verify --runtime`).
+        env["PYBOX_RUNTIME"] = self.session.runtime_choice().lane
         config = ["--config", self.config_path] if self.config_path else []
         process = subprocess.Popen(
             [sys.executable, "-m", "pybox", *config, "exec", *args],

@@ -51,6 +51,15 @@ def add_limit_flags(parser: argparse.ArgumentParser) -> None:
     add_bounded_flags(parser, LIMIT_FLAGS, FIELDS_BY_KEY)
 
 
+def add_runtime_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--runtime",
+        metavar="NAME",
+        help="the isolation runtime: runc or gvisor, where the operator allows it "
+        "(default: the operator's runtime)",
+    )
+
+
 def limit_request(args: argparse.Namespace) -> LimitRequest:
     return LimitRequest(**bounded_flag_values(args, LIMIT_FLAGS, FIELDS_BY_KEY))  # type: ignore[arg-type]
 
@@ -88,6 +97,7 @@ def _exec_request(
         argv=tuple(args.args),
         env=tuple(env),
         stdin_bytes=b"" if args.stdin is None else read(args.stdin, "stdin file"),
+        runtime=args.runtime,
     )
 
 
@@ -332,6 +342,7 @@ def register(commands: Commands) -> None:
     add_limit_flags(run)
     _program_arguments_after_double_dash(run)
     run.add_argument("--image", default="stdlib", help="a recorded image (default: stdlib)")
+    add_runtime_flag(run)
     shown = run.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="print one JSON record on stdout")
     shown.add_argument(

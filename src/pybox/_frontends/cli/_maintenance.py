@@ -90,6 +90,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         digest = confinement["seccomp_profile_sha256"] or "unreadable"
         say(f"filter: seccomp profile {confinement['seccomp_profile']} {digest[:19]}", out)
         say(f"        {confinement['apparmor']}", out)
+    gvisor = report.get("gvisor")
+    if gvisor:
+        runtimes = report.get("config", {}).get("runtimes", {})
+        lanes = f" (default {runtimes['default']}, allowed {', '.join(runtimes['allowed'])})"
+        say(
+            f"gvisor: registered as {gvisor['engine_runtime']} "
+            f"{' '.join(gvisor['runtime_args'] or [])}{lanes if runtimes else ''}"
+            if gvisor["registered"]
+            else f"gvisor: not registered with the engine as {gvisor['engine_runtime']}",
+            out,
+        )
+        for note in gvisor["notes"]:
+            say(f"        {note}", out)
+        if gvisor["daemon_config"]:
+            for line in gvisor["daemon_config"].splitlines():
+                say(f"        {line}", out)
     unchecked = report["unchecked"]
     if "images" in unchecked:
         say(f"images: {unchecked['images']}", out)

@@ -56,12 +56,15 @@ def case_json(result: CaseResult) -> dict[str, Any]:
     }
 
 
-def verify_json(suite: SuiteResult, engine: dict[str, str]) -> dict[str, Any]:
+def verify_json(
+    suite: SuiteResult, engine: dict[str, str], runtime: dict[str, str] | None = None
+) -> dict[str, Any]:
     return {
         "pybox_verify_version": VERIFY_JSON_VERSION,
         "pybox_version": __version__,
         "passed": suite.passed,
         "engine": engine,
+        "runtime": runtime or {"lane": "runc", "engine_runtime": "runc"},
         "cases": [case_json(case) for case in suite.cases],
         "left_behind": list(suite.left_behind),
         "duration_s": suite.duration_s,
@@ -83,6 +86,9 @@ ENGINE_TITLES = {"docker": "Docker", "podman": "Podman"}
 def cmd_verify(args: argparse.Namespace) -> int:
     try:
         session = open_session(args)
+        if args.runtime is not None:
+            session.use_runtime(args.runtime)
+        lane = session.runtime_choice()
         facts = session.engine_facts()
         session.image("stdlib")  # nothing can be verified without it
     except PyboxError as exc:
@@ -99,7 +105,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         say(
             fit(
                 f"pybox {__version__} verify: hostile programs against {facts.endpoint}, "
-                f"{ENGINE_TITLES.get(facts.name, facts.name)} {facts.server_version}"
+                f"{ENGINE_TITLES.get(facts.name, facts.name)} {facts.server_version}, "
+                f"runtime {lane.lane} ({lane.engine_runtime})"
             ),
             sys.stdout,
         )
@@ -119,7 +126,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         say("pybox: verify stopped; the boxes of its cases were removed.")
         return EXIT_STOPPED
     if args.json:
-        say(json.dumps(verify_json(suite, engine)), sys.stdout)
+        runtime = {"lane": lane.lane, "engine_runtime": lane.engine_runtime}
+        say(json.dumps(verify_json(suite, engine, runtime)), sys.stdout)
         return 0 if suite.passed else EXIT_NOT_CONTAINED
     for name in suite.left_behind:
         say(fit(f"FAIL left behind: {name} (now removed)"), sys.stdout)
@@ -141,4 +149,10 @@ def register(commands: Commands) -> None:
         "verify", help="prove containment here: run hostile programs, judge each on evidence"
     )
     verify.add_argument("--json", action="store_true", help="print one JSON record on stdout")
+    verify.add_argument(
+        "--runtime",
+        metavar="NAME",
+        help="run every case in this isolation runtime (runc or gvisor), where the operator "
+        "allows it (default: the operator's runtime)",
+    )
     verify.set_defaults(handler=cmd_verify)
