@@ -41,6 +41,7 @@ from pybox._inbox import bootstrap_source
 from pybox._orchestration.admission import SessionAdmission
 from pybox._orchestration.engine_checks import refuse_unsafe_engine
 from pybox._orchestration.hosts import Host, open_host
+from pybox._orchestration.session_features import SessionFeatures
 from pybox._orchestration.session_images import SessionImages
 from pybox._orchestration.staging import OutputStaging, stage_outputs
 from pybox._version import __version__
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     from pybox._features.store import Store
 
 
-class Session(SessionImages):
+class Session(SessionFeatures, SessionImages):
     """Lazily connected: checking a request needs no engine, so a bad request is
     refused even when the engine is down."""
 
@@ -166,15 +167,6 @@ class Session(SessionImages):
         """The recorded images by name, as values: front ends never hold the store."""
         return self.state.images()
 
-    def store(self) -> Store:
-        """pybox's store of runs, sandboxes and the audit log (docs/store.md)."""
-        with self._lock:
-            if self._store is None:
-                from pybox._features.store import Store
-
-                self._store = Store.open(self.state.root)
-            return self._store
-
     @property
     def engine(self) -> Engine:
         with self._lock:
@@ -222,30 +214,6 @@ class Session(SessionImages):
     @property
     def environ(self) -> Mapping[str, str]:
         return self._environ
-
-    def sandboxes(self) -> Sandboxes:
-        """This state directory's sandboxes (the store opened on first use)."""
-        store = self.store()  # takes the lock itself
-        with self._lock:
-            if self._sandboxes is None:
-                from pybox._features.sandboxes.service import Sandboxes
-
-                self._sandboxes = Sandboxes(self, store, self.sandbox_settings)
-            return self._sandboxes
-
-    def experiments(self) -> Experiments:
-        """This state directory's experiments, one service per session: it alone
-        holds the values of the environment variables an experiment forwards."""
-        sandboxes = self.sandboxes()
-        with self._lock:
-            if self._experiments is None:
-                from pybox._features.experiments.service import Experiments, events_stream
-
-                events = self.experiment_events or events_stream(self.environ)
-                self._experiments = Experiments(
-                    self, sandboxes, self.experiment_settings, events=events
-                )
-            return self._experiments
 
     def confinement(self) -> Confinement:
         """pybox's seccomp profile and the AppArmor profile boxes on this engine need."""
