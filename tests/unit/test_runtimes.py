@@ -89,6 +89,8 @@ def test_runtime_settings_from_file_and_environment(tmp_path: Path) -> None:
         load_settings({"PYBOX_STATE_DIR": str(tmp_path)}, str(config))
     plain = load_settings({"PYBOX_STATE_DIR": str(tmp_path)})
     assert plain.runtimes.allowed == ("runc",) and "PREVIEW" in plain.runtimes.source
+    runc = load_settings({"PYBOX_STATE_DIR": str(tmp_path), "PYBOX_RUNTIME": "runc"})
+    assert runc.runtimes.allowed == ("runc",)  # what `pybox verify` gives its children
     preview = {"PYBOX_STATE_DIR": str(tmp_path), "PYBOX_GVISOR_PREVIEW": "1"}
     settings = load_settings(preview, str(config))
     assert settings.runtimes.default == GVISOR

@@ -74,11 +74,15 @@ def gvisor_preview_gate(policy: RuntimePolicy, environ: Mapping[str, str]) -> Ru
 
     if environ.get(PREVIEW_ENV) == "1" or GVISOR not in (policy.default, *policy.allowed):
         return policy
-    if policy.source != "built-in":
+    if policy.default == GVISOR:
         raise ConfigError(
             f"{policy.source}: {PREVIEW_WHY}. Set {PREVIEW_ENV}=1 to use it anyway, or leave "
-            "runtime and allowed_runtimes at runc."
+            "runtime at runc."
         )
+    # gVisor allowed but not the default: a run asking for it is refused, saying why.
+    allowed = tuple(lane for lane in policy.allowed if lane != GVISOR) or (RUNC,)
     return dataclasses.replace(
-        policy, allowed=(RUNC,), source=f"built-in (gVisor needs {PREVIEW_ENV}=1: {PREVIEW_WHY})"
+        policy,
+        allowed=allowed,
+        source=f"{policy.source} (gVisor needs {PREVIEW_ENV}=1: {PREVIEW_WHY})",
     )
