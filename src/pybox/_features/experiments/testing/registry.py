@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pybox._features.experiments.testing.cargo_runner import CARGO_TEST
+from pybox._features.experiments.testing.go_runner import GO_TEST
+from pybox._features.experiments.testing.jest_runner import JEST
+from pybox._features.experiments.testing.node_runner import NODE_TEST
 from pybox._features.experiments.testing.pytest_runner import PYTEST
 from pybox._features.experiments.testing.summary import (
     ReadFile,
@@ -15,10 +19,14 @@ from pybox._features.experiments.testing.summary import (
     unparsed,
 )
 from pybox._features.experiments.testing.unittest_runner import UNITTEST
+from pybox._features.experiments.testing.vitest_runner import VITEST
 
 # Priority order: the first whose detect() answers wins. pytest runs unittest
-# tests too, so a project that configures pytest gets pytest.
-RUNNERS: tuple[TestRunner, ...] = (PYTEST, UNITTEST)
+# tests too, so a project that configures pytest gets pytest; jest and vitest come
+# before node's own runner (their test files are named alike); unittest, detected
+# from any test_*.py, comes last. The order is also the order in which an output
+# whose argv names no runner is tried, so each parser needs its runner's own totals.
+RUNNERS: tuple[TestRunner, ...] = (PYTEST, JEST, VITEST, GO_TEST, CARGO_TEST, NODE_TEST, UNITTEST)
 
 
 def detect_runner(
