@@ -211,10 +211,10 @@ def test_the_argv_each_runner_detects() -> None:
     trees = {
         ("go", "test", "-v", "./..."): {"go.mod": b""},
         ("cargo", "test", "--no-fail-fast"): {"Cargo.toml": b""},
-        ("node_modules/.bin/jest", "--ci"): {
+        ("node", "node_modules/jest/bin/jest.js", "--ci"): {
             "package.json": package(devDependencies={"jest": "1"})
         },
-        ("node_modules/.bin/vitest", "run"): {
+        ("node", "node_modules/vitest/vitest.mjs", "run"): {
             "package.json": package(devDependencies={"vitest": "1"})
         },
         ("node", "--test"): {"package.json": package(scripts={"test": "node --test"})},
@@ -229,6 +229,9 @@ def test_the_argv_each_runner_detects() -> None:
     [
         (["node", "--test"], "node"),
         (["node_modules/.bin/jest", "--ci"], "jest"),
+        (["node", "node_modules/jest/bin/jest.js", "--ci"], "jest"),
+        (["node", "node_modules/vitest/vitest.mjs", "run"], "vitest"),
+        (["/usr/bin/node", "--test", "test/"], "node"),
         (["npx", "vitest", "run"], "vitest"),
         (["/usr/lib/go/bin/go", "test", "-json", "./..."], "go"),
         (["cargo", "test"], "cargo"),

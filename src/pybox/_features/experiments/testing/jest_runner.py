@@ -1,6 +1,7 @@
 """jest: detected when package.json depends on it, names it in its `test` script or
-has a jest.config.* (or a "jest" key), run as `node_modules/.bin/jest --ci` (the
-project's own jest: `npm install` first; `--ci` writes no new snapshots).
+has a jest.config.* (or a "jest" key), run as `node node_modules/jest/bin/jest.js --ci`
+(the project's own jest: `npm install` first; `--ci` writes no new snapshots; by
+node, not node_modules/.bin/jest, since a box's writable places are noexec).
 
 jest reports on stderr: a `PASS file`/`FAIL file` line per test file, a `● title`
 header per failing test (`describe`, an angle quote, `test`), and the totals
@@ -22,7 +23,7 @@ from pybox._features.experiments.testing.summary import (
     unparsed,
 )
 
-ARGV = ("node_modules/.bin/jest", "--ci")
+ARGV = ("node", "node_modules/jest/bin/jest.js", "--ci")
 SEPARATOR = " \u203a "  # a single right-pointing angle quotation mark
 SUITE_FAILED = "Test suite failed to run"
 

@@ -42,13 +42,17 @@ def detect_runner(
 
 def runner_for_argv(argv: Sequence[str]) -> TestRunner | None:
     """The runner an argv names (`python3 -m pytest`, `/venv/bin/pytest-3`, `-m unittest`),
-    by the first word of the argv that is a runner's name; None for any other command."""
-    for word in argv:
-        base = word.replace("\\", "/").rsplit("/", 1)[-1]
-        for runner in RUNNERS:
-            if base == runner.name or base.startswith((runner.name + "-", runner.name + ".")):
-                return runner
-    return None
+    by the first word of the argv that is a runner's name; None for any other command.
+    `node` names node's own runner only when no later word names another
+    (`node node_modules/jest/bin/jest.js` is jest)."""
+    named = [
+        runner
+        for word in argv
+        for runner in RUNNERS
+        if (base := word.replace("\\", "/").rsplit("/", 1)[-1]) == runner.name
+        or base.startswith((runner.name + "-", runner.name + "."))
+    ]
+    return next((r for r in named if r is not NODE_TEST), named[0] if named else None)
 
 
 def parse_output(

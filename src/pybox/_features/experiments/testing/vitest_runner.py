@@ -1,6 +1,7 @@
 """vitest: detected when package.json depends on it, names it in its `test` script or
-has a vitest.config.*, run as `node_modules/.bin/vitest run` (once, not watching;
-the project's own vitest: `npm install` first).
+has a vitest.config.*, run as `node node_modules/vitest/vitest.mjs run` (once, not
+watching; the project's own vitest: `npm install` first). vitest starts esbuild, a
+native program in node_modules: in a box whose workspace is noexec it cannot run.
 
 vitest prints a line per file and its failing tests (a cross, then `suite > test`) and the
 totals (`Tests  2 failed | 3 passed | 1 skipped | 1 todo (7)`) on stdout, and
@@ -21,7 +22,7 @@ from pybox._features.experiments.testing.summary import (
     unparsed,
 )
 
-ARGV = ("node_modules/.bin/vitest", "run")
+ARGV = ("node", "node_modules/vitest/vitest.mjs", "run")
 SEPARATOR = " > "
 
 _TESTS = re.compile(r"^\s*Tests\s{2,}(?P<body>.+?) \((?P<total>\d+)\)\s*$", re.MULTILINE)
