@@ -15,7 +15,7 @@ from pybox._adapters.piptool import host_pip_settings
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
 from pybox._core.deb_recipes import RECIPE_SUFFIX
-from pybox._core.errors import ImageError
+from pybox._core.errors import ImageError, InvalidRequest
 from pybox._core.images import ImageRecord, check_image_name
 from pybox._core.pins import ImagePin, check_registry
 from pybox._engine import Engine
@@ -89,7 +89,7 @@ class ImageOperations:
         if recipe is not None:
             return plan_deb_image(self.engine, self.state, name, recipe, mirror)
         if mirror:
-            raise ImageError(
+            raise InvalidRequest(
                 "--mirror applies to stdlib and to images built from a Debian recipe "
                 "(locks/NAME.toml); a pip-locked image takes its base from the recorded stdlib."
             )
@@ -114,7 +114,7 @@ class ImageOperations:
             )
             result = BuildResult(record, built)
         elif repin:
-            raise ImageError("--repin applies to images built from a Debian recipe only.")
+            raise InvalidRequest("--repin applies to images built from a Debian recipe only.")
         else:
             result = self._build(plan, progress, force=force)
         if not result.built or plan.recorded is None:
