@@ -193,3 +193,15 @@ def test_a_shipped_recipe_is_chosen_before_a_lock(tmp_path: Path) -> None:
     assert ops.recipe_path("data", None) is None
     assert ops.recipe_path("x", "/a/x.toml") == Path("/a/x.toml")
     assert ops.recipe_path("x", "/a/x.lock") is None
+
+
+def test_the_capabilities_show_an_environment_s_toolchain() -> None:
+    from pybox._frontends.mcp._resources import _toolchain
+
+    recipe = {"suite": "trixie", "description": "Go", "toolchain": {"golang-go": "2:1.24~2"}}
+    assert _toolchain(recipe) == {
+        "toolchain": {"golang-go": "2:1.24~2"},
+        "description": "Go",
+        "debian_suite": "trixie",
+    }
+    assert _toolchain({"packages": ["numpy==2"]}) == {}  # a lock-built image: nothing

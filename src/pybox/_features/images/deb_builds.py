@@ -1,6 +1,6 @@
 """Environments from Debian recipes (locks/NAME.toml, pybox._core.deb_recipes): the
-suite's Release file checked against its pin, the packages bootstrapped as for
-stdlib (debootstrap as root, else mmdebstrap), what was installed compared with
+suite's Release file checked against its pin, the packages bootstrapped by
+mmdebstrap in a user namespace (as a non-root stdlib build is), what was installed compared with
 every pinned version, then imported and recorded like any pybox image.
 
 Nothing comes from a container registry: the mirror is this machine's apt source
@@ -162,7 +162,7 @@ def build_deb_image(
     if plan.up_to_date and not force and not repin and plan.recorded is not None:
         progress(f"{plan.name} is up to date ({plan.recorded.image_id[:19]}); nothing to build")
         return plan.recorded, False
-    from pybox._adapters.rootfs_unshare import local_builder
+    from pybox._adapters.rootfs_unshare import UnshareRootfsBuilder
 
     wanted = plan.recipe_file
     release = fetch_release_sha256(plan.recipe.mirror, wanted.suite)
@@ -175,7 +175,9 @@ def build_deb_image(
         )
     else:
         progress(f"the {wanted.suite} Release file matches the recipe (sha256:{release[:16]}...)")
-    builder = builder or local_builder()
+    # mmdebstrap for every user, root included: apt resolves what debootstrap's own
+    # resolver cannot (npm, rustc), and one tool gives the same set for everyone.
+    builder = builder or UnshareRootfsBuilder()
     builder.require_tools(progress)
     with builder.workspace(progress) as root:
         progress(
@@ -256,6 +258,8 @@ def _checked(
             f"recorded. To accept the new set, run `pybox image build {plan.name} --repin` "
             "(it rewrites the recipe's pins), and review the change."
         )
+    for line in diff.lines():
+        progress(f"moved since the recipe was pinned:{line}")
     text = plan.recipe_path.read_text(encoding="utf-8")
     updated = repinned(text, release, found)
     plan.recipe_path.write_text(updated, encoding="utf-8")
