@@ -83,7 +83,7 @@ def test_the_failing_test_is_named_then_fixed(
     tests = first.doc["tests"]
     assert first.doc["argv"] == list(argv), first.doc
     shown = (first.doc.get("stdout", ""), first.doc.get("stderr", ""))
-    if "permission denied" in shown[0] + shown[1] and tests["failed"] == 0:
+    if "permission denied" in (shown[0] + shown[1]).lower() and tests["failed"] == 0:
         # Go and cargo run the test programs they compile, in the workspace; every
         # writable place of a box is mounted noexec (pybox._core.posture.TMPFS_FLAGS).
         pytest.xfail(
@@ -106,3 +106,41 @@ def test_the_failing_test_is_named_then_fixed(
     assert changes["created"] == [] and changes["deleted"] == []
     cache = experiments.execute(record.experiment_id, ["ls", ".cache"])
     assert cache.doc["exit_code"] == 0 and cache.doc["stdout"].strip(), cache.doc
+
+
+NODE_TEST = b"""const test = require('node:test');
+const assert = require('node:assert');
+test('adds', () => { assert.strictEqual(1 + 1, 2); });
+test.describe('strings', () => {
+  test.it('concat fails', () => { assert.strictEqual('a' + 'b', 'ba'); });
+});
+"""
+
+
+@pytest.mark.parametrize("environment", ["node18", "node20"])
+def test_node_s_own_runner_names_the_failing_test(
+    environment: str, experiments: Experiments, state_dir: Path, tmp_path: Path
+) -> None:
+    if StateStore(state_dir).image(environment) is None:
+        message = f"the {environment} environment is not recorded: pybox image build {environment}"
+        if REQUIRE:
+            pytest.fail(message)
+        pytest.skip(message)
+    project = tmp_path / "nodeproject"
+    (project / "test").mkdir(parents=True)
+    (project / "package.json").write_text('{"name": "p", "scripts": {"test": "node --test"}}\n')
+    (project / ".npmrc").write_text("engine-strict=true\n")  # settings only: copied
+    (project / "test" / "a.test.js").write_bytes(NODE_TEST)
+    record = experiments.create(str(project), environment=environment, limits=LIMITS)
+    copied = experiments.read_file(record.experiment_id, ".npmrc")
+    assert copied == b"engine-strict=true\n"
+    npm = experiments.execute(record.experiment_id, ["npm", "config", "get", "cache"])
+    assert npm.doc["stdout"].strip() == "/pybox/work/.cache/npm", npm.doc
+    job = experiments.run_tests(record.experiment_id)
+    tests = job.doc["tests"]
+    assert job.doc["argv"] == ["node", "--test"]
+    assert (tests["runner"], tests["passed"], tests["failing"]) == (
+        "node", 1, ["strings > concat fails"],
+    ), job.doc  # fmt: skip
+    version = experiments.execute(record.experiment_id, ["node", "--version"])
+    assert version.doc["stdout"].startswith({"node18": "v18.", "node20": "v20."}[environment])
