@@ -205,3 +205,11 @@ def test_the_capabilities_show_an_environment_s_toolchain() -> None:
         "debian_suite": "trixie",
     }
     assert _toolchain({"packages": ["numpy==2"]}) == {}  # a lock-built image: nothing
+
+
+def test_verify_names_the_toolchain_not_a_stdlib_base(setup: Any) -> None:
+    engine, state, recipe = setup
+    build(engine, state, recipe, FOUND)
+    checks = ImageOperations(lambda: engine, state, "me", {}).verify("node18").checks
+    assert any("toolchain: nodejs 18.20.4+dfsg-1~deb12u1, npm 9.2.0~ds1-1" in c for c in checks)
+    assert not any("stdlib" in c for c in checks)

@@ -159,7 +159,14 @@ class ImageOperations:
                 checks.append(f"the lock file {record.lock_path} is unchanged")
             else:
                 checks.append(f"the lock file {record.lock_path} is gone (not compared)")
-        if record.lock_path and record.recipe.get("base"):
+        toolchain = record.recipe.get("toolchain")
+        if isinstance(toolchain, dict) and toolchain:  # built from a Debian recipe
+            versions = ", ".join(f"{k} {v}" for k, v in toolchain.items())
+            checks.append(
+                f"built from Debian {record.recipe.get('suite')} with every package pinned; "
+                f"toolchain: {versions}"
+            )
+        elif record.lock_path and str(record.recipe.get("base", "")).startswith("sha256:"):
             base = self.state.image("stdlib")
             if base is None or base.image_id != record.recipe["base"]:
                 checks.append(
