@@ -208,7 +208,11 @@ def test_json_error_record_on_stdout(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["image", "build", "stdlib", "--lock", "x.lock"], "takes no --lock"),
         (["image", "build", "tools", "--lock", "/nonexistent/x.lock"], "Cannot read the lock"),
         (["image", "build", "Bad Name", "--lock", "x.lock"], "is not valid"),
-        (["image", "build", "tools", "--suite", "bookworm"], "only apply to the stdlib image"),
+        (["image", "build", "tools", "--suite", "bookworm"], "only applies to the stdlib image"),
+        (
+            ["image", "build", "tools", "--lock", "x.lock", "--mirror", "http://m"],
+            "--mirror applies",
+        ),
         (["image", "push", "data", "--registry", "https://host/x"], "not a registry address"),
     ],
 )

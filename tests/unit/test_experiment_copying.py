@@ -205,3 +205,52 @@ def test_the_order_is_deterministic(tmp_path: Path) -> None:
     second, _, _ = pack(tmp_path)
     assert first == second
     assert [e.path for e in first.entries] == sorted(e.path for e in first.entries)
+
+
+SETTINGS_NPMRC = (
+    b"# settings only\nengine-strict=true\nsave-exact = true\n@me:registry=https://r.example/\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "key"),
+    [
+        (b"engine-strict=true\n//r.example/:_authToken=abc\n", "line 2: a host-scoped setting"),
+        (b"_auth = dXNlcjpwYXNz\n", "line 1: _auth"),
+        (b"_authToken=${NPM_TOKEN}\n", "line 1: _authtoken"),
+        (b"@me:_authToken=abc\n", "line 1: @me:_authtoken"),
+        (b"; c\nusername=me\n_password=cGFzcw==\n", "line 2: username"),
+        (b"email=me@example.invalid\n", "line 1: email"),
+        (b"registry=https://me:secret@r.example/\n", "line 1: registry"),
+        (b"keyfile=/home/me/key.pem\n", "line 1: keyfile"),
+        (b"\xff\xfe not text", "not UTF-8"),
+    ],
+)
+def test_an_npmrc_with_credentials_is_skipped_naming_the_line(
+    tmp_path: Path, content: bytes, key: str
+) -> None:
+    make(tmp_path, {".npmrc": content, "sub/.NPMRC": SETTINGS_NPMRC, "index.js": ""})
+    copy, members, contents = pack(tmp_path)
+    reasons = {s.path: s.reason for s in copy.skipped}
+    assert ".npmrc" not in members and key in reasons[".npmrc"]
+    assert "credential-shaped" in reasons[".npmrc"] or "UTF-8" in reasons[".npmrc"]
+    # The value itself is never shown; the settings-only one beside it is copied.
+    assert b"abc" not in reasons[".npmrc"].encode() and "secret" not in reasons[".npmrc"]
+    assert contents["sub/.NPMRC"] == SETTINGS_NPMRC
+    assert all(e.path != ".npmrc" for e in copy.entries)
+
+
+def test_an_npmrc_of_settings_is_copied_and_counted(tmp_path: Path) -> None:
+    make(tmp_path, {".npmrc": SETTINGS_NPMRC})
+    copy, _, contents = pack(tmp_path)
+    assert contents[".npmrc"] == SETTINGS_NPMRC and not copy.skipped
+    assert copy.total_bytes == len(SETTINGS_NPMRC)
+    assert [e.sha256 for e in copy.entries] == [hashlib.sha256(SETTINGS_NPMRC).hexdigest()]
+
+
+def test_a_link_named_npmrc_is_skipped(tmp_path: Path) -> None:
+    make(tmp_path, {"npm-settings": SETTINGS_NPMRC})
+    (tmp_path / ".npmrc").symlink_to("npm-settings")
+    copy, members, _ = pack(tmp_path)
+    assert ".npmrc" not in members and "npm-settings" in members
+    assert "link" in {s.path: s.reason for s in copy.skipped}[".npmrc"]

@@ -108,7 +108,6 @@ def test_inside_a_shared_top_is_allowed_under_a_root(tmp_path: Path) -> None:
         (("id_ed25519.pub",), False, "id_ed25519*"),
         ((".netrc",), False, ".netrc"),
         ((".git-credentials",), False, ".git-credentials"),
-        ((".npmrc",), False, ".npmrc"),
         (("deploy", "service-account-prod.json"), False, "service-account*.json"),
         (("credentials.json",), False, "credentials.json"),
         (("infra", "terraform.tfstate"), False, "*.tfstate"),

@@ -139,7 +139,9 @@ def captured(case: str) -> tuple[list[str], str, str, int]:
 
 
 def test_every_captured_case_is_pinned() -> None:
-    assert set(EXPECTED) == set(INDEX) - {"pytest_usage"}
+    # The other toolchains' captures are pinned in test_toolchain_runners.py.
+    python = {case for case in INDEX if case.startswith(("pytest", "unittest"))}
+    assert set(EXPECTED) == python - {"pytest_usage"}
 
 
 @pytest.mark.parametrize("case", sorted(EXPECTED))

@@ -27,7 +27,7 @@ from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Status
 from pybox._features.experiments.ledger import JobRecord
 from pybox._features.experiments.states import ExperimentState
-from pybox._features.experiments.testing.registry import detect_runner, parse_output
+from pybox._features.experiments.testing.registry import RUNNERS, detect_runner, parse_output
 
 if TYPE_CHECKING:
     from pybox._boxes.record import RunOutcome
@@ -117,9 +117,10 @@ class Jobs:
             found = detect_runner(paths, read)
             if found is None:
                 raise InvalidRequest(
-                    f"No test runner was detected in {record.project} (pytest or unittest "
-                    "files). Pass the command as argv, for example "
-                    '["python3", "-m", "unittest", "discover", "-v"].'
+                    f"No test runner was detected in {record.project} (looked for: "
+                    f"{', '.join(r.name for r in RUNNERS)}). Pass the command as argv, "
+                    'for example ["python3", "-m", "unittest", "discover", "-v"] or '
+                    '["go", "test", "./..."].'
                 )
             argv = list(found[1])
         return self.start(

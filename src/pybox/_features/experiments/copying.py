@@ -40,7 +40,11 @@ from typing import BinaryIO
 
 from pybox._core.errors import ProjectTooBig
 from pybox._features.experiments.project import MIB, ProjectPolicy
-from pybox._features.experiments.secrets import secret_reason
+from pybox._features.experiments.secrets import (
+    content_checked,
+    content_secret_reason,
+    secret_reason,
+)
 from pybox._features.experiments.tree import ProjectCopy, Skipped, TreeEntry, printable
 from pybox._features.sandboxes.paths import MAX_COMPONENTS, MAX_PATH_BYTES
 
@@ -99,7 +103,11 @@ class _Walk:
         if stat.S_ISDIR(info.st_mode):
             self.subfolder(fd, parts, rel, info)
         elif stat.S_ISLNK(info.st_mode):
-            reason = secret_reason(parts, False) or self.link(fd, parts, rel)
+            reason = (
+                secret_reason(parts, False)
+                or (content_secret_reason(parts, None) if content_checked(parts) else None)
+                or self.link(fd, parts, rel)
+            )
             if reason:
                 self.skip(rel, reason)
         elif stat.S_ISREG(info.st_mode):
@@ -185,6 +193,10 @@ class _Walk:
         if size > limit:
             return _too_large(size, limit)
         data = b"".join(chunks)
+        if content_checked(parts):  # judged by the bytes just read: no second open
+            reason = content_secret_reason(parts, data)
+            if reason:
+                return reason
         self.total_bytes += size
         if self.total_bytes > self.policy.max_total_bytes:
             raise ProjectTooBig(

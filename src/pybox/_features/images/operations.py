@@ -14,15 +14,18 @@ from pathlib import Path
 from pybox._adapters.piptool import host_pip_settings
 from pybox._adapters.rootfs import Progress
 from pybox._adapters.state import StateStore
-from pybox._core.errors import ImageError
+from pybox._core.deb_recipes import RECIPE_SUFFIX
+from pybox._core.errors import ImageError, InvalidRequest
 from pybox._core.images import ImageRecord, check_image_name
 from pybox._core.pins import ImagePin, check_registry
 from pybox._engine import Engine
 from pybox._features.images import registry
 from pybox._features.images.builds import BuildResult, build_lock_image
+from pybox._features.images.deb_builds import DebBuildPlan, build_deb_image, plan_deb_image
 from pybox._features.images.lock_plans import (
     LockBuildPlan,
     lock_changed,
+    locks_dir,
     plan_lock_image,
     read_lock,
     shipped_lock,
@@ -70,17 +73,50 @@ class ImageOperations:
             )
         return record
 
-    def plan_build(self, name: str, lock: str | None) -> LockBuildPlan:
+    def recipe_path(self, name: str, lock: str | None) -> Path | None:
+        """The Debian recipe `name` is built from (`--lock FILE.toml`, or the shipped
+        locks/NAME.toml), or None for a pip lock."""
+        if lock:
+            return Path(lock) if lock.endswith(RECIPE_SUFFIX) else None
+        shipped = locks_dir(self.environ) / f"{name}{RECIPE_SUFFIX}"
+        return shipped if shipped.is_file() else None
+
+    def plan_build(
+        self, name: str, lock: str | None, mirror: str | None = None
+    ) -> LockBuildPlan | DebBuildPlan:
         check_image_name(name)
+        recipe = self.recipe_path(name, lock) if name != "stdlib" else None
+        if recipe is not None:
+            return plan_deb_image(self.engine, self.state, name, recipe, mirror)
+        if mirror:
+            raise InvalidRequest(
+                "--mirror applies to stdlib and to images built from a Debian recipe "
+                "(locks/NAME.toml); a pip-locked image takes its base from the recorded stdlib."
+            )
         lock_path = Path(lock) if lock else shipped_lock(name, self.environ)
         if name != "stdlib":
             read_lock(lock_path)  # a bad lock is refused before the engine is asked
         return plan_lock_image(self.engine, self.state, name, lock_path, self.environ)
 
-    def build(self, plan: LockBuildPlan, progress: Progress, *, force: bool = False) -> BuildResult:
+    def build(
+        self,
+        plan: LockBuildPlan | DebBuildPlan,
+        progress: Progress,
+        *,
+        force: bool = False,
+        repin: bool = False,
+    ) -> BuildResult:
         """Build and record the image; then remove the image the build replaced
         (or say why it stays), so rebuilds do not pile up images."""
-        result = self._build(plan, progress, force=force)
+        if isinstance(plan, DebBuildPlan):
+            record, built = build_deb_image(
+                self.engine, self.state, plan, progress, force=force, repin=repin
+            )
+            result = BuildResult(record, built)
+        elif repin:
+            raise InvalidRequest("--repin applies to images built from a Debian recipe only.")
+        else:
+            result = self._build(plan, progress, force=force)
         if not result.built or plan.recorded is None:
             return result
         replaced = remove_replaced(self.engine, self.state, plan.recorded, result.record)
@@ -123,7 +159,14 @@ class ImageOperations:
                 checks.append(f"the lock file {record.lock_path} is unchanged")
             else:
                 checks.append(f"the lock file {record.lock_path} is gone (not compared)")
-        if record.lock_path and record.recipe.get("base"):
+        toolchain = record.recipe.get("toolchain")
+        if isinstance(toolchain, dict) and toolchain:  # built from a Debian recipe
+            versions = ", ".join(f"{k} {v}" for k, v in toolchain.items())
+            checks.append(
+                f"built from Debian {record.recipe.get('suite')} with every package pinned; "
+                f"toolchain: {versions}"
+            )
+        elif record.lock_path and str(record.recipe.get("base", "")).startswith("sha256:"):
             base = self.state.image("stdlib")
             if base is None or base.image_id != record.recipe["base"]:
                 checks.append(

@@ -212,14 +212,14 @@ def cmd_image_build(args: argparse.Namespace) -> int:
         plan = session.plan_stdlib(mirror=args.mirror, suite=args.suite)
         record = session.build_stdlib(plan, progress, force=args.force)
     else:
-        if args.mirror or args.suite:
+        if args.suite:
             raise InvalidRequest(
-                "--mirror and --suite only apply to the stdlib image; a lock-built image "
-                "takes its base from the recorded stdlib image."
+                "--suite only applies to the stdlib image; a Debian recipe (locks/NAME.toml) "
+                "names its own suite, and a lock-built image takes its base from stdlib."
             )
         operations = session.images()
-        lock_plan = operations.plan_build(args.name, args.lock)
-        record = operations.build(lock_plan, progress, force=args.force).record
+        lock_plan = operations.plan_build(args.name, args.lock, args.mirror)
+        record = operations.build(lock_plan, progress, force=args.force, repin=args.repin).record
     say(f"{record.name} {record.image_id} {record.recipe_hash}", sys.stdout)
     return 0
 
@@ -335,14 +335,24 @@ def register(commands: Commands) -> None:
     )
     image_commands.required = True
     build = image_commands.add_parser(
-        "build", help="build stdlib, or an image from a hash-locked lock file"
+        "build",
+        help="build stdlib, an environment from a Debian recipe (node18, node20, go, rust), "
+        "or an image from a hash-locked lock file",
     )
-    build.add_argument("name", help="image name: stdlib, data, or your own with --lock")
+    build.add_argument(
+        "name", help="image name: stdlib, data, node18, node20, go, rust, or your own with --lock"
+    )
     build.add_argument(
         "--lock",
         metavar="FILE",
-        help="requirements with hashes (pip-compile/uv pip compile --generate-hashes); "
-        "default: pybox's locks/NAME.lock",
+        help="requirements with hashes (pip-compile/uv pip compile --generate-hashes), or a "
+        "Debian recipe FILE.toml; default: pybox's locks/NAME.toml, else locks/NAME.lock",
+    )
+    build.add_argument(
+        "--repin",
+        action="store_true",
+        help="Debian recipes: write the Release hash and package versions this build found "
+        "into the recipe instead of stopping when they moved",
     )
     _add_build_source_flags(build)
     build.set_defaults(handler=cmd_image_build)

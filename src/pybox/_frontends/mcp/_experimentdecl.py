@@ -187,9 +187,10 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
     _tool(
         "run_tests",
         "Run the project's tests",
-        "Run the project's tests (pytest or unittest, detected from its files, or the given "
-        "argv) and parse passed, failed, skipped, errors and the failing tests' names; when the "
-        "output cannot be parsed, says so and judges by the exit code.",
+        "Run the project's tests (pytest, unittest, node --test, jest, vitest, go test or "
+        "cargo test, detected from its files, or the given argv) and parse passed, failed, "
+        "skipped, errors and the failing tests' names; when the output cannot be parsed, "
+        "says so and judges by the exit code.",
         _schema(
             ["experiment_id"],
             {"experiment_id": EXPERIMENT_ID, "argv": ARGV, "background": BACKGROUND},

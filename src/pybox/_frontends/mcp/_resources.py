@@ -51,6 +51,19 @@ class ResourceNotFound(Exception):
     """No resource at this URI (the message says which exist)."""
 
 
+def _toolchain(recipe: dict[str, Any]) -> JSONObject:
+    """An environment's toolchain versions (`{"nodejs": "18.20.4+dfsg-..."}`) and what it
+    is, for images built from a Debian recipe; nothing for the others."""
+    versions = recipe.get("toolchain")
+    if not isinstance(versions, dict) or not versions:
+        return {}
+    return {
+        "toolchain": {str(k): str(v) for k, v in versions.items()},
+        "description": str(recipe.get("description", "")),
+        "debian_suite": str(recipe.get("suite", "")),
+    }
+
+
 def capabilities(toolbox: Toolbox) -> JSONObject:
     session = toolbox.session
     policy = session.policy
@@ -80,6 +93,7 @@ def capabilities(toolbox: Toolbox) -> JSONObject:
                 "image_id": recorded[name].image_id,
                 "python": recorded[name].python_path,
                 "packages": list(recorded[name].packages),
+                **_toolchain(recorded[name].recipe),
             }
             for name in allowed
         ],

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pybox._features.experiments.testing.cargo_runner import CARGO_TEST
+from pybox._features.experiments.testing.go_runner import GO_TEST
+from pybox._features.experiments.testing.jest_runner import JEST
+from pybox._features.experiments.testing.node_runner import NODE_TEST
 from pybox._features.experiments.testing.pytest_runner import PYTEST
 from pybox._features.experiments.testing.summary import (
     ReadFile,
@@ -15,10 +19,14 @@ from pybox._features.experiments.testing.summary import (
     unparsed,
 )
 from pybox._features.experiments.testing.unittest_runner import UNITTEST
+from pybox._features.experiments.testing.vitest_runner import VITEST
 
 # Priority order: the first whose detect() answers wins. pytest runs unittest
-# tests too, so a project that configures pytest gets pytest.
-RUNNERS: tuple[TestRunner, ...] = (PYTEST, UNITTEST)
+# tests too, so a project that configures pytest gets pytest; jest and vitest come
+# before node's own runner (their test files are named alike); unittest, detected
+# from any test_*.py, comes last. The order is also the order in which an output
+# whose argv names no runner is tried, so each parser needs its runner's own totals.
+RUNNERS: tuple[TestRunner, ...] = (PYTEST, JEST, VITEST, GO_TEST, CARGO_TEST, NODE_TEST, UNITTEST)
 
 
 def detect_runner(
@@ -34,13 +42,17 @@ def detect_runner(
 
 def runner_for_argv(argv: Sequence[str]) -> TestRunner | None:
     """The runner an argv names (`python3 -m pytest`, `/venv/bin/pytest-3`, `-m unittest`),
-    by the first word of the argv that is a runner's name; None for any other command."""
-    for word in argv:
-        base = word.replace("\\", "/").rsplit("/", 1)[-1]
-        for runner in RUNNERS:
-            if base == runner.name or base.startswith((runner.name + "-", runner.name + ".")):
-                return runner
-    return None
+    by the first word of the argv that is a runner's name; None for any other command.
+    `node` names node's own runner only when no later word names another
+    (`node node_modules/jest/bin/jest.js` is jest)."""
+    named = [
+        runner
+        for word in argv
+        for runner in RUNNERS
+        if (base := word.replace("\\", "/").rsplit("/", 1)[-1]) == runner.name
+        or base.startswith((runner.name + "-", runner.name + "."))
+    ]
+    return next((r for r in named if r is not NODE_TEST), named[0] if named else None)
 
 
 def parse_output(

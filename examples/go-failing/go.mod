@@ -1,0 +1,3 @@
+module example.com/gofailing
+
+go 1.19
