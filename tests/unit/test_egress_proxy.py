@@ -324,6 +324,6 @@ def test_upstream_proxy_is_chained(echo: Echo) -> None:
 
 
 def test_the_proxy_imports_nothing_from_pybox() -> None:
-    source = open(egress_proxy.__file__, encoding="utf-8").read()
-    assert "import pybox" not in source
-    assert "from pybox" not in source
+    lines = open(egress_proxy.__file__, encoding="utf-8").read().splitlines()
+    imports = [line for line in lines if line.startswith(("import ", "from "))]
+    assert imports and not [line for line in imports if "pybox" in line]
