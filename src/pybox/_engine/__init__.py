@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from pybox._engine.client import DockerEngine
 from pybox._engine.endpoint import EngineEndpoint, find_endpoint, socket_candidates
-from pybox._engine.interface import AttachStream, BoxEngine, Engine, ImageEngine, JSONObject
+from pybox._engine.interface import (
+    AttachStream,
+    BoxEngine,
+    Engine,
+    ImageEngine,
+    JSONObject,
+    NetworkEngine,
+)
 
 __all__ = [
     "AttachStream",
@@ -25,6 +32,7 @@ __all__ = [
     "EngineEndpoint",
     "ImageEngine",
     "JSONObject",
+    "NetworkEngine",
     "find_endpoint",
     "socket_candidates",
 ]
