@@ -28,6 +28,7 @@ from typing import Any
 from pybox._adapters.state import default_state_dir
 from pybox._core.admission import ADMISSION_KEYS, AdmissionConfig
 from pybox._core.display import noun
+from pybox._core.egress import EgressSettings
 from pybox._core.errors import ConfigError
 from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
@@ -52,6 +53,7 @@ CONFIG_SECTIONS = (
     "platform",
     "colima",
     "allow_credential_env",
+    "egress",
     *ADMISSION_KEYS,
 )
 PLATFORMS = ("auto", "linux", "colima")
@@ -95,6 +97,7 @@ class Settings:
     platform_source: str = "built-in"
     colima: ColimaSettings = field(default_factory=ColimaSettings)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    egress: EgressSettings = field(default_factory=EgressSettings)
 
 
 def _colima_settings(data: Any, path: Path) -> ColimaSettings:
@@ -188,6 +191,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     platform, platform_source = "auto", "built-in"
     colima = ColimaSettings()
     admission = AdmissionConfig()
+    egress = EgressSettings()
     if path is not None and (explicit or path.exists()):
         if not path.is_file():
             raise ConfigError(
@@ -234,6 +238,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         admission = admission.with_settings(
             {key: data[key] for key in ADMISSION_KEYS if key in data}, str(path)
         )
+        egress = egress.with_settings(_section(data, "egress", path), str(path))
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
@@ -275,4 +280,5 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         platform_source=platform_source,
         colima=colima,
         admission=admission,
+        egress=egress,
     )

@@ -77,8 +77,8 @@ def _read_npmrc(path: Path) -> dict[str, str]:
     except (OSError, UnicodeDecodeError):
         return {}
     found: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if not line or line.startswith(("#", ";")) or "=" not in line:
             continue
         key, _, value = line.partition("=")

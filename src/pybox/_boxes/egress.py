@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pybox._adapters.egress_config import MachineRegistries
 from pybox._boxes.cleanup import remove_and_confirm
 from pybox._boxes.spec import BoxContext, new_box_uid
 from pybox._core.egress import (
+    CA_BUNDLE_NAME,
     LABEL_EGRESS,
     NONE,
     PACKAGES,
@@ -39,6 +40,7 @@ from pybox._core.egress_posture import (
     proxy_requirements,
 )
 from pybox._core.errors import EngineError, InvalidRequest, PostureMismatch, SandboxError
+from pybox._core.images import ImageRecord
 from pybox._core.posture import (
     LABEL_EXPIRES_AT,
     LABEL_MANAGED,
@@ -49,6 +51,8 @@ from pybox._core.posture import (
     box_user,
     check_requirements,
 )
+from pybox._core.receipt import Unknown
+from pybox._core.request import InputFile, RunRequest
 from pybox._engine import NetworkEngine
 from pybox._inbox import inbox_program
 
@@ -85,17 +89,24 @@ class EgressRequest:
 def network_engine(context: BoxContext) -> NetworkEngine:
     engine = context.engine
     if not isinstance(engine, NetworkEngine):
-        raise InvalidRequest(
-            "This engine client cannot make egress networks; use egress none."
-        )
+        raise InvalidRequest("This engine client cannot make egress networks; use egress none.")
     return engine
 
 
 class EgressNetwork:
     """One box's network (and proxy): `open()` before the box, `close()` after."""
 
-    def __init__(self, context: BoxContext, request: EgressRequest, *, box_id: str,
-                 image_id: str, python_path: str, expires_at: int, sandbox_store: str = "") -> None:
+    def __init__(
+        self,
+        context: BoxContext,
+        request: EgressRequest,
+        *,
+        box_id: str,
+        image_id: str,
+        python_path: str,
+        expires_at: int,
+        sandbox_store: str = "",
+    ) -> None:
         self.context = context
         self.request = request
         self.mode = request.mode
@@ -129,8 +140,7 @@ class EgressNetwork:
         problems = network_problems(inspected, self.mode, self.labels)
         if problems:
             raise PostureMismatch(
-                f"The egress network {self.name} was refused before use: "
-                + "; ".join(problems),
+                f"The egress network {self.name} was refused before use: " + "; ".join(problems),
                 fields=tuple(problems),
             )
         if self.mode != PACKAGES:
@@ -237,6 +247,17 @@ class EgressNetwork:
         self.seq = last
         return summarise(self.mode, events)
 
+    def observed_then_close(self, unknown: list[Unknown]) -> EgressObserved:
+        """What the proxy relayed, then the network removed; failures become unknowns."""
+        try:
+            seen = self.observed()
+        except EngineError as exc:
+            unknown.append(Unknown("the hosts reached through the egress proxy", str(exc)))
+            seen = EgressObserved(self.mode)
+        for problem in self.close():
+            unknown.append(Unknown("the egress network's removal", problem))
+        return seen
+
     def close(self) -> list[str]:
         """Remove the proxy and the network, confirmed; what could not be confirmed."""
         problems: list[str] = []
@@ -256,3 +277,37 @@ class EgressNetwork:
         except EngineError as exc:
             problems.append(str(exc))
         return problems
+
+
+def open_for_run(
+    context: BoxContext,
+    egress: EgressRequest | None,
+    request: RunRequest,
+    *,
+    box_id: str,
+    image: ImageRecord,
+    expires_at: int,
+    warm: object = None,
+) -> tuple[EgressNetwork | None, EgressPlan | None, RunRequest]:
+    """A one-shot run's network, made before its box (the CA bundle becomes an input)."""
+    if egress is None or egress.mode == NONE:
+        return None, None, request
+    if warm is not None:
+        raise ValueError("a warm box has no network: egress runs take a fresh box")
+    net = EgressNetwork(
+        context,
+        egress,
+        box_id=box_id,
+        image_id=image.image_id,
+        python_path=image.python_path,
+        expires_at=expires_at,
+    )
+    try:
+        plan = net.open()
+    except BaseException:
+        net.close()
+        raise
+    if net.ca_bundle is not None:
+        ca = InputFile(CA_BUNDLE_NAME, net.ca_bundle)
+        request = replace(request, inputs=(*request.inputs, ca))
+    return net, plan, request

@@ -113,7 +113,7 @@ def choose_mode(requested: str | None, settings: EgressSettings) -> str:
         allowed = ", ".join(m for m in MODES if m == NONE or m in settings.modes)
         raise EgressRefused(
             f"egress {mode!r} is not allowed by the operator's policy (allowed: {allowed}). "
-            f"The operator enables it with `modes = [..., \"{mode}\"]` under [egress] "
+            f'The operator enables it with `modes = [..., "{mode}"]` under [egress] '
             "in pybox's config file; pybox never narrows a request on its own."
         )
     return mode
@@ -221,3 +221,15 @@ def summarise(mode: str, events: Iterable[Mapping[str, object]]) -> EgressObserv
     )
     names = tuple(dict.fromkeys(name for name in refused if name))[:20]
     return EgressObserved(mode, hosts, len(refused), names)
+
+
+def describe_egress(observed: EgressObserved) -> str:
+    """One line for the receipt's summary (refused names are the box's: only counted)."""
+    if observed.mode == OPEN:
+        return "open: general egress, not observed by pybox"
+    reached = "; ".join(
+        f"{h.host}:{h.port} ({h.connections} conn., {h.up_bytes} B up, {h.down_bytes} B down)"
+        for h in observed.hosts
+    )
+    refused = f"; {observed.refused} refused by the proxy" if observed.refused else ""
+    return f"packages: {reached or 'no host reached'}{refused}"

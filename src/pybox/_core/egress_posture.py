@@ -128,7 +128,9 @@ def proxy_requirements(spec: ProxySpec) -> tuple[Requirement, ...]:
         config_field("Volumes", {}, "no image volumes", Check.EMPTY),
         config_field("AttachStdin", False, "no stdin", Check.EMPTY),
         config_field("OpenStdin", False, "no stdin", Check.EMPTY),
-        host_field("NetworkMode", spec.network, "the box's internal network (the bridge is joined)"),
+        host_field(
+            "NetworkMode", spec.network, "the box's internal network (the bridge is joined)"
+        ),
         host_field("PortBindings", {}, "no published ports", Check.EMPTY),
         host_field("PublishAllPorts", False, "no published ports", Check.EMPTY),
         host_absent("ExtraHosts", "no host entries"),

@@ -21,6 +21,7 @@ from typing import Any
 
 from pybox._core.boxquote import NOT_IN_JSON, BoxQuote
 from pybox._core.display import escape_text, plural, quoted
+from pybox._core.egress import NONE, OPEN, EgressObserved, describe_egress
 from pybox._core.limits import FIELDS_BY_ATTR, MIB
 
 RECEIPT_VERSION = 1
@@ -222,6 +223,8 @@ class PyboxObserved:
     box_source: str = "fresh"
     box_created_at: str | None = None
     box_waited_s: float | None = None
+    # What the box reached through pybox's egress proxy (`packages`), by host.
+    egress: EgressObserved = field(default_factory=lambda: EgressObserved(NONE))
 
 
 @dataclass(frozen=True)
@@ -360,6 +363,10 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
         )
     )
     lines.append(f"  limits: {limit_text}; no swap; network {receipt.configured.network}")
+    if pybox.egress.mode != NONE:
+        lines.append(f"  egress: {describe_egress(pybox.egress)}")
+    if receipt.configured.network == OPEN:
+        lines[0] = "pybox [network open: general egress]:" + lines[0].removeprefix("pybox:")
     confinement = receipt.configured.confinement
     apparmor = (
         f"AppArmor {confinement.apparmor_profile}"

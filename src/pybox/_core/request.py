@@ -52,6 +52,8 @@ class RunRequest:
     env: tuple[tuple[str, str], ...] = ()
     # What the program reads on stdin (a regular file); empty means end-of-file at once.
     stdin_bytes: bytes = b""
+    # The box's network mode (pybox._core.egress): none unless asked, within the policy.
+    egress: str | None = None
 
 
 @dataclass(frozen=True)

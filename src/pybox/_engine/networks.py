@@ -26,9 +26,7 @@ class NetworkCalls(EngineHTTP):
         return network_id
 
     def inspect_network(self, network: str) -> JSONObject | None:
-        result: JSONObject | None = self._call(
-            "GET", f"/networks/{network}", answers={404: None}
-        )
+        result: JSONObject | None = self._call("GET", f"/networks/{network}", answers={404: None})
         return result
 
     def remove_network(self, network: str) -> bool:

@@ -276,7 +276,9 @@ class Proxy:
 
 def main(argv: list[str]) -> None:
     config = json.loads(argv[1])
-    listener = socket.create_server(("0.0.0.0", int(config.get("listen_port", 3128))), backlog=64)
+    # Every address of its container: clients outside the box's subnet are hung up on.
+    port = int(config.get("listen_port", 3128))
+    listener = socket.create_server(("0.0.0.0", port), backlog=64)  # noqa: S104
     proxy = Proxy(config)
     proxy.log(event="listening", host="", port=listener.getsockname()[1])
     proxy.serve(listener)

@@ -16,14 +16,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pybox._adapters.cgroups import SamplerFactory, local_sampler_factory
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
+from pybox._adapters.egress_config import machine_registries
 from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.state import StateStore
 from pybox._boxes.box import run_once
 from pybox._boxes.cleanup import SweepReport, sweep
+from pybox._boxes.egress import EgressRequest
 from pybox._boxes.outputs import FileMarker
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._boxes.spec import BoxContext, new_run_id
+from pybox._core.egress import NONE, PACKAGES, EgressSettings, choose_mode
 from pybox._core.errors import LimitExceeded
 from pybox._core.events import EventSink
 from pybox._core.experiment_settings import ExperimentSettings
@@ -75,6 +78,7 @@ class Session(SessionImages):
         sandbox_settings: SandboxSettings | None = None,
         admission: AdmissionConfig | None = None,
         experiment_settings: ExperimentSettings | None = None,
+        egress_settings: EgressSettings | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -97,6 +101,7 @@ class Session(SessionImages):
         self._sandboxes: Sandboxes | None = None
         self.sandbox_settings = sandbox_settings or SandboxSettings()
         self.experiment_settings = experiment_settings or ExperimentSettings()
+        self.egress_settings = egress_settings or EgressSettings()
         self._experiments: Experiments | None = None
         self.experiment_events: TextIO | None = None  # the MCP server: stderr
         self._engine_info: dict[str, Any] | None = None
@@ -145,6 +150,7 @@ class Session(SessionImages):
             sandbox_settings=settings.sandboxes,
             admission=settings.admission,
             experiment_settings=settings.experiments,
+            egress_settings=settings.egress,
         )
 
     @property
@@ -172,6 +178,13 @@ class Session(SessionImages):
                 assert self._connect is not None
                 self._engine = self._connect()
             return self._engine
+
+    def egress_request(self, requested: str | None) -> EgressRequest:
+        """A box's egress: its mode within the operator's policy (refused, never
+        narrowed), with what this machine's pip and npm configuration names."""
+        mode = choose_mode(requested, self.egress_settings)
+        machine = machine_registries(self._environ) if mode == PACKAGES else None
+        return EgressRequest(mode, self.egress_settings, machine)
 
     def _context(self) -> BoxContext:
         return BoxContext(
@@ -238,6 +251,7 @@ class Session(SessionImages):
         (an unreachable engine is an error) and the run gets its one id.
         """
         limits = self.resolve(request)
+        choose_mode(request.egress, self.egress_settings)  # more than allowed: refused here
         image = self.verified_image(request.image)
         return PreparedRun(request=request, limits=limits, image=image, run_id=new_run_id())
 
@@ -327,7 +341,8 @@ class Session(SessionImages):
         if self.host is not None:
             self.host.check_before_run()
         warm = None
-        if self._pool is not None:
+        egress = self.egress_request(request.egress)
+        if self._pool is not None and egress.mode == NONE:
             from pybox._boxes.pool import PoolKey
 
             key = PoolKey.of(image, limits, request.code_name)
@@ -349,6 +364,7 @@ class Session(SessionImages):
                     leftovers_swept=swept,
                     warm=warm,
                     on_event=on_event,
+                    egress=egress,
                 )
             except RunInterrupted as stop:
                 stop.outcome = self._recorded(prepared, stop.outcome)
