@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pybox._adapters.egress_config import MachineRegistries
 from pybox._boxes.cleanup import remove_and_confirm
@@ -23,6 +24,8 @@ from pybox._boxes.spec import BoxContext, new_box_uid
 from pybox._core.egress import (
     CA_BUNDLE_NAME,
     LABEL_EGRESS,
+    LABEL_EGRESS_CREATED,
+    LABEL_EGRESS_FOR,
     NONE,
     PACKAGES,
     PROXY_PORT,
@@ -43,23 +46,21 @@ from pybox._core.errors import EngineError, InvalidRequest, PostureMismatch, San
 from pybox._core.images import ImageRecord
 from pybox._core.posture import (
     LABEL_EXPIRES_AT,
-    LABEL_MANAGED,
     LABEL_OWNER,
-    LABEL_RUN_ID,
-    LABEL_SANDBOX,
     body_from,
     box_user,
     check_requirements,
 )
 from pybox._core.receipt import Unknown
 from pybox._core.request import InputFile, RunRequest
-from pybox._engine import NetworkEngine
+from pybox._engine import Engine, NetworkEngine
 from pybox._inbox import inbox_program
 
 LISTEN_WAIT_S = 15.0
 DRAIN_WAIT_S = 3.0
 CA_MAX_BYTES = 4 * 1024 * 1024
 BRIDGE = "bridge"
+SWEEP_GRACE_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -112,19 +113,19 @@ class EgressNetwork:
         self.mode = request.mode
         self.name = f"pybox-egress-{box_id}"
         self.labels = {
-            LABEL_MANAGED: "1",
-            LABEL_RUN_ID: box_id,
+            LABEL_EGRESS: self.mode,
+            LABEL_EGRESS_FOR: box_id,
+            LABEL_EGRESS_CREATED: str(int(time.time())),
             LABEL_OWNER: context.owner,
             LABEL_EXPIRES_AT: str(expires_at),
-            LABEL_EGRESS: self.mode,
-            **({LABEL_SANDBOX: sandbox_store} if sandbox_store else {}),
         }
+        self.opened_at = time.time()
         self.image_id = image_id
         self.python_path = python_path
         self.proxy_id: str | None = None
         self.network_id: str | None = None
         self.ca_bundle: bytes | None = None
-        self.seq = 0  # the proxy log's last event counted into a receipt
+        self.plan = EgressPlan()
 
     def open(self) -> EgressPlan:
         engine = network_engine(self.context)
@@ -144,11 +145,41 @@ class EgressNetwork:
                 fields=tuple(problems),
             )
         if self.mode != PACKAGES:
-            return EgressPlan(self.mode, self.name)
+            self.plan = EgressPlan(self.mode, self.name)
+            return self.plan
         subnet = ((inspected.get("IPAM") or {}).get("Config") or [{}])[0].get("Subnet", "")
         address = self._start_proxy(engine, hosts, str(subnet))
         self.ca_bundle = self._read_ca()
-        return EgressPlan(PACKAGES, self.name, address, hosts, self.ca_bundle is not None)
+        self.plan = EgressPlan(PACKAGES, self.name, address, hosts, self.ca_bundle is not None)
+        return self.plan
+
+    def record(self) -> dict[str, object]:
+        """What a later process needs to read this box's proxy log and remove it all."""
+        plan = self.plan
+        return {
+            "mode": plan.mode,
+            "network": plan.network,
+            "proxy_address": plan.proxy_address,
+            "hosts": list(plan.hosts),
+            "ca_bundle": self.request.ca_bundle_path() if plan.ca_bundle else None,
+            "proxy_id": self.proxy_id,
+        }
+
+    @classmethod
+    def from_record(
+        cls, context: BoxContext, box_id: str, record: Mapping[str, Any]
+    ) -> EgressNetwork:
+        net = cls(
+            context,
+            EgressRequest(str(record["mode"])),
+            box_id=box_id,
+            image_id="",
+            python_path="",
+            expires_at=0,
+        )
+        net.proxy_id = record.get("proxy_id") or None
+        net.plan = plan_of(record)
+        return net
 
     def _start_proxy(self, engine: NetworkEngine, hosts: tuple[str, ...], subnet: str) -> str:
         settings, machine = self.request.settings, self.request.machine
@@ -231,8 +262,8 @@ class EgressNetwork:
             raise InvalidRequest(f"The CA bundle {path} is over {CA_MAX_BYTES} bytes.")
         return data
 
-    def observed(self) -> EgressObserved:
-        """What the proxy relayed since the last call: waits (briefly) for every
+    def observed(self, since_epoch: float) -> EgressObserved:
+        """What the proxy relayed since `since_epoch`: waits (briefly) for every
         connection it opened to be logged closed."""
         if self.mode != PACKAGES or self.proxy_id is None:
             return EgressObserved(self.mode)
@@ -240,17 +271,23 @@ class EgressNetwork:
         deadline = time.monotonic() + DRAIN_WAIT_S
         while True:
             raw = engine.container_stdout(self.proxy_id).decode("utf-8", "replace")
-            events, last = read_proxy_log(raw.splitlines(), self.seq)
+            events = read_proxy_log(raw.splitlines(), since_epoch)
             if pending_connections(events) <= 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        self.seq = last
         return summarise(self.mode, events)
+
+    def observed_or_unknown(self, since_epoch: float, unknown: list[Unknown]) -> EgressObserved:
+        try:
+            return self.observed(since_epoch)
+        except EngineError as exc:
+            unknown.append(Unknown("the hosts reached through the egress proxy", str(exc)))
+            return EgressObserved(self.mode)
 
     def observed_then_close(self, unknown: list[Unknown]) -> EgressObserved:
         """What the proxy relayed, then the network removed; failures become unknowns."""
         try:
-            seen = self.observed()
+            seen = self.observed(self.opened_at)
         except EngineError as exc:
             unknown.append(Unknown("the hosts reached through the egress proxy", str(exc)))
             seen = EgressObserved(self.mode)
@@ -311,3 +348,44 @@ def open_for_run(
         ca = InputFile(CA_BUNDLE_NAME, net.ca_bundle)
         request = replace(request, inputs=(*request.inputs, ca))
     return net, plan, request
+
+
+def plan_of(record: Mapping[str, Any]) -> EgressPlan:
+    return EgressPlan(
+        str(record.get("mode", NONE)),
+        str(record.get("network", "")),
+        str(record.get("proxy_address", "")),
+        tuple(str(h) for h in record.get("hosts") or ()),
+        bool(record.get("ca_bundle")),
+    )
+
+
+def sweep_egress(engine: Engine, grace_s: float = SWEEP_GRACE_S) -> list[str]:
+    """Remove egress proxies whose box is gone, then egress networks nobody uses,
+    older than `grace_s` (a network and proxy are made before their box)."""
+    if not isinstance(engine, NetworkEngine):
+        return []
+    now = time.time()
+    done: list[str] = []
+
+    def orphan(labels: Mapping[str, str]) -> bool:
+        try:
+            old = now - float(labels.get(LABEL_EGRESS_CREATED, "0")) > grace_s
+        except ValueError:
+            old = True
+        box = f"pybox-{labels.get(LABEL_EGRESS_FOR, '')}"
+        return old and engine.inspect_container(box) is None
+
+    for container in engine.list_containers({LABEL_EGRESS: None}):
+        labels = container.get("Labels") or {}
+        if orphan(labels) and remove_and_confirm(engine, str(container.get("Id"))):
+            done.append(f"egress proxy of pybox-{labels.get(LABEL_EGRESS_FOR, '')}")
+    for network in engine.list_networks({LABEL_EGRESS: None}):
+        labels = network.get("Labels") or {}
+        if orphan(labels):
+            try:
+                if engine.remove_network(str(network.get("Id"))):
+                    done.append(f"egress network of pybox-{labels.get(LABEL_EGRESS_FOR, '')}")
+            except EngineError:
+                continue  # still in use (a proxy not yet removed): the next sweep
+    return done

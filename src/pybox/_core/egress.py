@@ -26,7 +26,11 @@ MODES = (NONE, PACKAGES, OPEN)
 PROXY_PORT = 3128
 # Where the machine's CA bundle is put in a `packages` box (an input file).
 CA_BUNDLE_NAME = "pybox-egress-ca.pem"
+# Egress networks and proxies carry these, not io.pybox.managed: they live exactly
+# as long as their box (pybox-<for>), and the egress sweep removes them after it.
 LABEL_EGRESS = "io.pybox.egress"
+LABEL_EGRESS_FOR = "io.pybox.egress-for"
+LABEL_EGRESS_CREATED = "io.pybox.egress-created"
 EGRESS_KEYS = ("modes", "allow_hosts", "machine_config", "private_addresses", "ca_bundle")
 
 
@@ -176,21 +180,19 @@ class EgressObserved:
     refused_names: tuple[str, ...] = ()  # at most 20, as the box sent them (untrusted)
 
 
-def read_proxy_log(lines: Iterable[str], after_seq: int) -> tuple[list[dict[str, object]], int]:
-    """The proxy's events after `after_seq`, and the last sequence number seen."""
+def read_proxy_log(lines: Iterable[str], since_epoch: float) -> list[dict[str, object]]:
+    """The proxy's events logged at or after `since_epoch` (its clock is the host's:
+    the proxy container shares the kernel)."""
     events: list[dict[str, object]] = []
-    last = after_seq
     for line in lines:
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        seq = event.get("seq") if isinstance(event, dict) else None
-        if not isinstance(seq, int) or seq <= after_seq:
-            continue
-        events.append(event)
-        last = max(last, seq)
-    return events, last
+        at = event.get("t") if isinstance(event, dict) else None
+        if isinstance(at, int | float) and at >= since_epoch:
+            events.append(event)
+    return events
 
 
 def pending_connections(events: Iterable[Mapping[str, object]]) -> int:

@@ -124,7 +124,8 @@ class Proxy:
     def log(self, **fields: Any) -> None:
         with self._lock:
             self._seq += 1
-            self._out.write(json.dumps({"seq": self._seq, **fields}) + "\n")
+            line = {"seq": self._seq, "t": round(time.time(), 3), **fields}
+            self._out.write(json.dumps(line) + "\n")
             self._out.flush()
 
     def serve(self, listener: socket.socket) -> None:

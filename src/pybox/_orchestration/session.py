@@ -21,7 +21,7 @@ from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.state import StateStore
 from pybox._boxes.box import run_once
 from pybox._boxes.cleanup import SweepReport, sweep
-from pybox._boxes.egress import EgressRequest
+from pybox._boxes.egress import EgressRequest, sweep_egress
 from pybox._boxes.outputs import FileMarker
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._boxes.record import RunInterrupted, RunOutcome
@@ -294,7 +294,9 @@ class Session(SessionImages):
         return leftover_boxes(self.engine, self.is_owner_alive)
 
     def sweep(self) -> SweepReport:
-        return sweep(self.engine, self.state, self.is_owner_alive)
+        report = sweep(self.engine, self.state, self.is_owner_alive)
+        sweep_egress(self.engine)  # networks and proxies whose box is gone
+        return report
 
     def _sweep_once(self) -> int:
         """Sweep before the session's first run (or warm-up), once; return how many
