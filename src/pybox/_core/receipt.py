@@ -24,7 +24,7 @@ from pybox._core.display import escape_text, plural, quoted
 from pybox._core.egress import NONE, OPEN, EgressObserved, describe_egress
 from pybox._core.limits import FIELDS_BY_ATTR, MIB
 
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2
 # The human summary names this many skipped files; the receipt lists the first 100.
 SKIPPED_SHOWN = 3
 # The `unknown` fact that counts the skipped files the receipt does not list.
