@@ -11,6 +11,7 @@ from __future__ import annotations
 from pybox._core.errors import (
     CleanupError,
     ConfigError,
+    EgressRefused,
     EngineError,
     EngineUnavailable,
     ImageError,
@@ -107,6 +108,7 @@ __all__ = [
     "CleanupError",
     "Client",
     "ConfigError",
+    "EgressRefused",
     "EngineError",
     "EngineUnavailable",
     "Experiment",
