@@ -38,22 +38,22 @@ class MachineRegistries:
     sources: tuple[str, ...]  # the files read
 
 
-def _pip_files(environ: Mapping[str, str], home: Path) -> list[Path]:
-    dirs = environ.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
+def _pip_files(environ: Mapping[str, str], home: Path, system: Path) -> list[Path]:
+    dirs = environ.get("XDG_CONFIG_DIRS", str(system / "etc/xdg")).split(":")
     xdg_home = Path(environ.get("XDG_CONFIG_HOME") or home / ".config")
-    files = [Path("/etc/pip.conf"), *(Path(d) / "pip" / "pip.conf" for d in dirs if d)]
+    files = [system / "etc/pip.conf", *(Path(d) / "pip" / "pip.conf" for d in dirs if d)]
     files += [home / ".pip" / "pip.conf", xdg_home / "pip" / "pip.conf"]
     if environ.get("PIP_CONFIG_FILE"):
         files.append(Path(environ["PIP_CONFIG_FILE"]))
     return files
 
 
-def _npm_files(environ: Mapping[str, str], home: Path) -> list[Path]:
+def _npm_files(environ: Mapping[str, str], home: Path, system: Path) -> list[Path]:
     user = environ.get("NPM_CONFIG_USERCONFIG") or environ.get("npm_config_userconfig")
     return [
-        Path("/usr/etc/npmrc"),
-        Path("/usr/local/etc/npmrc"),
-        Path("/etc/npmrc"),
+        system / "usr/etc/npmrc",
+        system / "usr/local/etc/npmrc",
+        system / "etc/npmrc",
         Path(user) if user else home / ".npmrc",
     ]
 
@@ -111,7 +111,10 @@ def _upstream(url: str | None) -> tuple[str, int] | None:
     return parts.hostname, parts.port or 80
 
 
-def machine_registries(environ: Mapping[str, str], home: Path | None = None) -> MachineRegistries:
+def machine_registries(
+    environ: Mapping[str, str], home: Path | None = None, system: Path = Path("/")
+) -> MachineRegistries:
+    """What the files say; `system` is where /etc and /usr are (tests give a folder)."""
     home = home or Path(environ.get("HOME") or Path.home())
     hosts: list[str] = []
     skipped: list[str] = []
@@ -126,7 +129,7 @@ def machine_registries(environ: Mapping[str, str], home: Path | None = None) -> 
         elif host not in hosts:
             hosts.append(host)
 
-    for path in _pip_files(environ, home):
+    for path in _pip_files(environ, home, system):
         if not path.is_file():
             continue
         sources.append(str(path))
@@ -141,7 +144,7 @@ def machine_registries(environ: Mapping[str, str], home: Path | None = None) -> 
             add(url, name)
     npm_ca: str | None = None
     npm_proxy: str | None = None
-    for path in _npm_files(environ, home):
+    for path in _npm_files(environ, home, system):
         if not path.is_file():
             continue
         sources.append(str(path))
