@@ -225,7 +225,7 @@ def test_a_mode_the_operator_does_not_allow_is_refused(session: Session) -> None
 def test_a_weakened_network_stops_the_run_before_any_box(
     egress_session: Session, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pybox._boxes.egress as egress
+    from pybox._boxes import egress
 
     real = egress.network_body
 

@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,7 +93,7 @@ def echo() -> Iterator[Echo]:
 
 
 def test_allowed_name_is_relayed_and_counted(echo: Echo) -> None:
-    proxy, port, out = start({}, echo)
+    _, port, out = start({}, echo)
     with socket.create_connection(("127.0.0.1", port), 5) as sock:
         sock.sendall(f"CONNECT {ALLOWED}:443 HTTP/1.1\r\nHost: x\r\n\r\nhello".encode())
         sock.settimeout(5)
@@ -180,7 +181,7 @@ def test_idn_homograph_bytes_are_refused() -> None:
     ],
 )
 def test_bad_request_lines_are_refused(echo: Echo, line: bytes) -> None:
-    proxy, port, _ = start({}, echo)
+    _, port, _ = start({}, echo)
     answer = ask(port, line + b"\r\n\r\n")
     assert answer.split(b" ")[1] in (b"400", b"403"), answer
     assert echo.accepted == 0
@@ -242,7 +243,7 @@ def test_relayed_bytes_are_capped(echo: Echo) -> None:
         except OSError:
             pass
     time.sleep(0.2)
-    close = [e for e in events(out) if e["event"] == "close"][0]
+    close = next(e for e in events(out) if e["event"] == "close")
     assert close["up_bytes"] + close["down_bytes"] <= 1000
 
 
@@ -325,6 +326,6 @@ def test_upstream_proxy_is_chained(echo: Echo) -> None:
 
 
 def test_the_proxy_imports_nothing_from_pybox() -> None:
-    lines = open(egress_proxy.__file__, encoding="utf-8").read().splitlines()
+    lines = Path(egress_proxy.__file__).read_text(encoding="utf-8").splitlines()
     imports = [line for line in lines if line.startswith(("import ", "from "))]
     assert imports and not [line for line in imports if "pybox" in line]
