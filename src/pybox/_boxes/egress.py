@@ -163,6 +163,7 @@ class EgressNetwork:
             "hosts": list(plan.hosts),
             "ca_bundle": self.request.ca_bundle_path() if plan.ca_bundle else None,
             "proxy_id": self.proxy_id,
+            "network_id": self.network_id,
         }
 
     @classmethod
@@ -178,6 +179,7 @@ class EgressNetwork:
             expires_at=0,
         )
         net.proxy_id = record.get("proxy_id") or None
+        net.network_id = record.get("network_id") or None
         net.plan = plan_of(record)
         return net
 
@@ -304,13 +306,17 @@ class EgressNetwork:
                 self.context.engine, self.proxy_id
             ):
                 problems.append(f"the egress proxy {self.name}-proxy is still listed")
-            for _ in range(50):
-                engine.remove_network(self.name)
-                if engine.inspect_network(self.name) is None:
+            # Only what this object made, by its ID: a name it failed to create may
+            # be another's.
+            for _ in range(50 if self.network_id else 0):
+                assert self.network_id is not None
+                engine.remove_network(self.network_id)
+                if engine.inspect_network(self.network_id) is None:
                     break
                 time.sleep(0.1)
             else:
-                problems.append(f"the egress network {self.name} is still listed")
+                if self.network_id:
+                    problems.append(f"the egress network {self.name} is still listed")
         except EngineError as exc:
             problems.append(str(exc))
         return problems
