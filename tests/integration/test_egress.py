@@ -213,7 +213,9 @@ def test_open_is_general_egress_and_says_so_first(
     code = f"import socket; socket.create_connection(({listener.address!r}, {listener.port}), 5)"
     outcome = egress_session.run(RunRequest(code=code.encode(), egress="open"))
     assert outcome.receipt.status.value == "succeeded", outcome.stderr
-    assert outcome.receipt.summary_lines()[0].startswith("pybox [network open: general egress]")
+    assert outcome.receipt.summary_lines()[0].startswith(
+        "pybox: [network open: general egress] succeeded"
+    )
     assert len(listener.accepted) == 1
 
 

@@ -252,4 +252,4 @@ def test_a_receipt_with_hosts_matches_the_schema(engine: FakeEngine, state: Stat
     jsonschema.Draft202012Validator(schema).validate(receipt.to_dict())
     assert any("registry.example:443" in line for line in receipt.summary_lines())
     opened = replace(receipt, configured=replace(receipt.configured, network="open"))
-    assert opened.summary_lines()[0].startswith("pybox [network open: general egress]:")
+    assert opened.summary_lines()[0].startswith("pybox: [network open: general egress]")

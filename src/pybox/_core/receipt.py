@@ -366,7 +366,7 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
     if pybox.egress.mode != NONE:
         lines.append(f"  egress: {describe_egress(pybox.egress)}")
     if receipt.configured.network == OPEN:
-        lines[0] = "pybox [network open: general egress]:" + lines[0].removeprefix("pybox:")
+        lines[0] = "pybox: [network open: general egress]" + lines[0].removeprefix("pybox:")
     confinement = receipt.configured.confinement
     apparmor = (
         f"AppArmor {confinement.apparmor_profile}"
