@@ -329,3 +329,14 @@ def test_the_proxy_imports_nothing_from_pybox() -> None:
     lines = Path(egress_proxy.__file__).read_text(encoding="utf-8").splitlines()
     imports = [line for line in lines if line.startswith(("import ", "from "))]
     assert imports and not [line for line in imports if "pybox" in line]
+
+
+def test_a_full_log_refuses_every_later_request_unlogged(echo: Echo) -> None:
+    _, port, out = start({"limits": {"events": 2}}, echo)
+    for _ in range(2):
+        ask(port, b"CONNECT other.example:443 HTTP/1.1\r\n\r\n")
+    assert ask(port, f"CONNECT {ALLOWED}:443 HTTP/1.1\r\n\r\n".encode()).startswith(
+        b"HTTP/1.1 503 "
+    )
+    assert len(events(out)) == 2
+    assert echo.accepted == 0

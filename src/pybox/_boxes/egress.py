@@ -272,7 +272,8 @@ class EgressNetwork:
         engine = network_engine(self.context)
         deadline = time.monotonic() + DRAIN_WAIT_S
         while True:
-            raw = engine.container_stdout(self.proxy_id).decode("utf-8", "replace")
+            since = int(since_epoch) - 1  # the engine's filter is by whole seconds
+            raw = engine.container_stdout(self.proxy_id, since).decode("utf-8", "replace")
             events = read_proxy_log(raw.splitlines(), since_epoch)
             if pending_connections(events) <= 0 or time.monotonic() > deadline:
                 break

@@ -14,7 +14,7 @@ from pybox._core.errors import EngineError
 from pybox._engine.interface import JSONObject
 from pybox._engine.plumbing import EngineHTTP
 
-LOGS_MAX_BYTES = 8 * 1024 * 1024
+LOGS_MAX_BYTES = 32 * 1024 * 1024
 
 
 class NetworkCalls(EngineHTTP):
@@ -45,12 +45,13 @@ class NetworkCalls(EngineHTTP):
             raise EngineError(f"The engine's network list is not a list: {result!r}")
         return result
 
-    def container_stdout(self, container_id: str) -> bytes:
-        """A non-TTY container's whole stdout so far (demultiplexed), bounded."""
+    def container_stdout(self, container_id: str, since_epoch: int = 0) -> bytes:
+        """A non-TTY container's stdout since `since_epoch` (whole seconds, as the
+        engine filters; 0: all), demultiplexed, bounded."""
         raw = self._call(
             "GET",
             f"/containers/{container_id}/logs",
-            query={"stdout": "1", "stderr": "0"},
+            query={"stdout": "1", "stderr": "0", "since": str(int(since_epoch))},
             parse=False,
             max_body_bytes=LOGS_MAX_BYTES,
         )

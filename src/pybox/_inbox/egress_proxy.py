@@ -40,6 +40,9 @@ LIMITS = {
     "idle_s": 60.0,
     "lifetime_s": 900.0,
     "relay_bytes": 512 * 1024 * 1024,
+    # Events logged in the proxy's life; past it every request is refused unlogged,
+    # so the log the receipts are read from stays whole (and under the engine's cap).
+    "events": 50_000,
 }
 REASONS = {
     400: "Bad Request",
@@ -121,8 +124,13 @@ class Proxy:
         self._seq = 0
         self._slots = threading.BoundedSemaphore(int(self.limits["max_connections"]))
 
+    def full(self) -> bool:
+        return self._seq >= int(self.limits["events"])
+
     def log(self, **fields: Any) -> None:
         with self._lock:
+            if self.full():
+                return
             self._seq += 1
             line = {"seq": self._seq, "t": round(time.time(), 3), **fields}
             self._out.write(json.dumps(line) + "\n")
@@ -130,8 +138,16 @@ class Proxy:
 
     def serve(self, listener: socket.socket) -> None:
         while True:
-            conn, peer = listener.accept()
+            try:
+                conn, peer = listener.accept()
+            except OSError:  # out of file descriptors, say: wait, never end
+                time.sleep(0.1)
+                continue
             if self.clients is not None and ipaddress.ip_address(peer[0]) not in self.clients:
+                conn.close()
+                continue
+            if self.full():
+                self._answer(conn, 503, "the proxy's log is full: no more connections")
                 conn.close()
                 continue
             if not self._slots.acquire(blocking=False):
