@@ -227,15 +227,12 @@ def test_a_mode_the_operator_does_not_allow_is_refused(session: Session) -> None
 def test_a_weakened_network_stops_the_run_before_any_box(
     egress_session: Session, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pybox._boxes import egress
-
-    real = egress.network_body
+    from pybox._core.egress_posture import network_body
 
     def weakened(mode: str, labels: dict[str, str]) -> dict[str, object]:
-        body = real(mode, labels)
-        return {**body, "Internal": False, "Options": {}}
+        return {**network_body(mode, labels), "Internal": False, "Options": {}}
 
-    monkeypatch.setattr(egress, "network_body", weakened)
+    monkeypatch.setattr("pybox._boxes.egress.network_body", weakened)
     with pytest.raises(PostureMismatch, match="Internal is False"):
         egress_session.run(RunRequest(code=b"print(1)", egress="packages"))
     assert isinstance(engine, NetworkEngine)

@@ -255,7 +255,7 @@ def test_clients_outside_the_subnet_are_hung_up_on() -> None:
 def test_allowed_name_resolving_to_a_refused_address_is_refused() -> None:
     out = io.StringIO()
     proxy = Proxy({"allow": [ALLOWED]}, out=out)
-    proxy.resolve = lambda host, port, **_: [  # type: ignore[assignment]
+    proxy.resolve = lambda host, port, **_: [
         (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.5", port)),
     ]
     listener = socket.create_server(("127.0.0.1", 0))

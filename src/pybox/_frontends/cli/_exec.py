@@ -78,6 +78,7 @@ def _exec_request(args: argparse.Namespace) -> RunRequest:
         argv=tuple(args.args),
         env=tuple(env),
         stdin_bytes=b"" if args.stdin is None else read_file(args.stdin, "stdin file"),
+        egress=args.egress,
     )
 
 
@@ -283,6 +284,13 @@ def register(commands: Commands) -> None:
     add_limit_flags(run)
     _program_arguments_after_double_dash(run)
     run.add_argument("--image", default="stdlib", help="a recorded image (default: stdlib)")
+    run.add_argument(
+        "--egress",
+        choices=("none", "packages", "open"),
+        default="none",
+        help="what the box may reach: none (default), packages (the operator's registries "
+        "only, through pybox's proxy), open; within the operator's policy",
+    )
     shown = run.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="print one JSON record on stdout")
     shown.add_argument(
