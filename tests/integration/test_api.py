@@ -37,7 +37,7 @@ def test_run_container_as_in_the_readme() -> None:
     assert [(f.path, f.data) for f in result.output_files] == [("count.txt", b"3")]
     assert result.output_files[0].sha256 == hashlib.sha256(b"3").hexdigest()
     assert isinstance(result.receipt, pybox.Receipt)
-    assert result.receipt.to_dict()["receipt_version"] == 1
+    assert result.receipt.to_dict()["receipt_version"] == 2
 
 
 def test_files_returned_in_memory_sweep_a_killed_pybox_s_staging(

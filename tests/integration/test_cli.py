@@ -80,7 +80,7 @@ def test_json_record(cli_env: dict[str, str]) -> None:
     assert record["status"] == "succeeded"
     assert record["stdout"] == "out\n"
     assert record["stderr"] == "err\n"
-    assert record["receipt"]["receipt_version"] == 1
+    assert record["receipt"]["receipt_version"] == 2
     assert record["receipt"]["observed_by_engine"]["removal_confirmed"] is True
     validate_exec_record(record)
 

@@ -49,9 +49,12 @@ class FakeSandboxes:
         limits: LimitRequest | None = None,
         libraries: tuple[str, ...] | list[str] = (),
         say: Any = None,
+        egress: str | None = None,
     ) -> SandboxInfo:
         self._maybe_fail()
         resolved = self.session.policy.resolve(limits or LimitRequest())  # refusals are real
+        self.session.egress_request(egress)  # refusals are real
+        self.egress = egress
         self._count += 1
         sandbox_id = f"sbx-{self._count:012x}"
         now = time.time()

@@ -374,3 +374,15 @@ def test_ls_of_the_whole_workspace(
         ["file", "1", "a.py"],
         ["file", "2", "d/b.txt"],
     ]
+
+
+def test_egress_is_passed_on_and_a_mode_beyond_the_policy_refused(
+    fake: FakeSandboxes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sandbox", "create", "--egress", "packages"]) == 0
+    assert fake.egress == "packages"
+    capsys.readouterr()
+    assert main(["sandbox", "create", "--egress", "open", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert "'open' is not allowed by the operator's policy" in err
+    assert json.loads(out)["error"]["message"].startswith("egress 'open' is not allowed")

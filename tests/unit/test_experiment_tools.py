@@ -79,3 +79,13 @@ def test_refusals_are_results_and_make_nothing(engine: FakeEngine, state: StateS
     outside = p.call("create_experiment", {"project": "/etc"})["result"]
     assert outside["isError"] is True
     assert not [call for call in engine.calls if call[0] == "create_container"]
+
+
+def test_create_tools_offer_egress_with_what_the_operator_allows(
+    engine: FakeEngine, state: StateStore
+) -> None:
+    tools = listed(peer(engine, state, None))
+    for name in ("create_sandbox", "create_experiment"):
+        egress = tools[name]["inputSchema"]["properties"]["egress"]
+        assert egress["enum"] == ["none", "packages", "open"]
+        assert egress["description"].endswith("This server allows: none, packages.")

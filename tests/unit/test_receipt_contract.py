@@ -136,7 +136,9 @@ PINNED = {
         "box_created_at",
         "box_waited_s",
         "pool_service",
+        "egress",
     ],
+    "observed_by_pybox.egress": ["mode", "hosts", "refused", "refused_names"],
     "reported_by_program": [
         "exit_code",
         "backstop_fired",
@@ -208,5 +210,5 @@ def test_schema_requires_exactly_the_pinned_keys() -> None:
         assert node.get("additionalProperties") is False, where
 
 
-def test_receipt_version_is_one() -> None:
-    assert RECEIPT_SCHEMA["properties"]["receipt_version"]["const"] == 1
+def test_receipt_version_is_two() -> None:
+    assert RECEIPT_SCHEMA["properties"]["receipt_version"]["const"] == 2

@@ -105,6 +105,7 @@ def test_the_issue_lists_these_cases() -> None:
     assert [case.name for case in CASES] == [
         "host_files",
         "network",
+        "egress_packages",  # issue 16: packages mode, past the proxy and around it
         "memory_bomb",
         "fork_bomb",
         "cpu_spin",
@@ -773,3 +774,36 @@ def test_a_weakening_the_engine_itself_refuses_is_no_box(
     assert verdict.failures == []
     assert "HostConfig.Privileged (no privileged here)" in verdict.facts[-1].text
     assert engine.containers == {}
+
+
+def test_egress_packages_judges_the_proxys_log_and_the_programs_report(
+    session: Session, engine: FakeEngine
+) -> None:
+    from pybox._core.egress import EgressObserved, HostReached
+    from pybox._features.verify.egress_case import judge_egress_packages
+
+    def packages(outcome: RunOutcome, seen: EgressObserved) -> RunOutcome:
+        receipt = outcome.receipt
+        receipt = dataclasses.replace(
+            receipt,
+            configured=dataclasses.replace(receipt.configured, network="packages"),
+            observed_by_pybox=dataclasses.replace(receipt.observed_by_pybox, egress=seen),
+        )
+        return dataclasses.replace(outcome, receipt=receipt)
+
+    report = {
+        "interfaces": ["eth0", "lo"],
+        "through_proxy": {"name off the list": "HTTP/1.1 403 Forbidden"},
+        "direct": {"172.17.0.1": "ETIMEDOUT"},
+        "dns": "no answer in 3 s",
+    }
+    contained = packages(
+        outcome_of(session, engine, report_script(report)), EgressObserved("packages", (), 4)
+    )
+    verdict = judged(judge_egress_packages, contained, "172.17.0.1", 0)
+    assert verdict.failures == []
+    report["direct"] = {"172.17.0.1": "connected"}
+    relayed = EgressObserved("packages", (HostReached("x.example", 443, 1, 1, 1),), 4)
+    escaped = packages(outcome_of(session, engine, report_script(report)), relayed)
+    verdict = judged(judge_egress_packages, escaped, "172.17.0.1", 1)
+    assert len(verdict.failures) == 3

@@ -38,6 +38,7 @@ from pybox._adapters.runtime_config import (
 from pybox._adapters.state import default_state_dir
 from pybox._core.admission import ADMISSION_KEYS, AdmissionConfig
 from pybox._core.display import noun
+from pybox._core.egress import EgressSettings
 from pybox._core.errors import ConfigError
 from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.limits import FIELDS_BY_KEY, LimitField, Policy
@@ -66,6 +67,7 @@ CONFIG_SECTIONS = (
     "engine",
     "colima",
     "allow_credential_env",
+    "egress",
     *ADMISSION_KEYS,
     *RUNTIME_SECTIONS,
 )
@@ -116,6 +118,7 @@ class Settings:
     engine_source: str = "built-in"
     # The isolation lanes (runc, gvisor): pybox._adapters.runtime_config.
     runtimes: RuntimePolicy = field(default_factory=RuntimePolicy)
+    egress: EgressSettings = field(default_factory=EgressSettings)
 
 
 def _colima_settings(data: Any, path: Path) -> ColimaSettings:
@@ -216,6 +219,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     colima = ColimaSettings()
     admission = AdmissionConfig()
     runtimes = RuntimePolicy()
+    egress = EgressSettings()
     if path is not None and (explicit or path.exists()):
         if not path.is_file():
             raise ConfigError(
@@ -265,6 +269,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
             {key: data[key] for key in ADMISSION_KEYS if key in data}, str(path)
         )
         runtimes = runtime_policy_from_file(runtimes, data, path)
+        egress = egress.with_settings(_section(data, "egress", path), str(path))
         used_file = path
         sources.append(str(path))
     env_defaults, env_ceilings = _env_layer(environ)
@@ -313,4 +318,5 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         engine=engine,
         engine_source=engine_source,
         runtimes=runtimes,
+        egress=egress,
     )

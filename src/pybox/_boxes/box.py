@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from pybox._adapters.cgroups import Sampler
 from pybox._boxes.cleanup import remove_and_confirm
+from pybox._boxes.egress import EgressRequest, open_for_run
 from pybox._boxes.program import ProgramRun
 from pybox._boxes.receipt import build_receipt
 from pybox._boxes.record import RunInterrupted, RunOutcome, iso_now
@@ -36,6 +37,7 @@ from pybox._boxes.spec import (
     wait_until_ready,
 )
 from pybox._core import wire
+from pybox._core.egress import EgressObserved, EgressPlan
 from pybox._core.errors import EngineError, InvalidRequest, SandboxError
 from pybox._core.events import EventSink, RunEnded
 from pybox._core.images import ImageRecord
@@ -69,6 +71,7 @@ class Box:
         source: str = "fresh",
         uid: int | None = None,
         sandbox_store: str = "",
+        egress: EgressPlan | None = None,
     ) -> None:
         self.context = context
         self.image = image
@@ -86,6 +89,7 @@ class Box:
             protocol=protocol,
             uid=uid,
             sandbox_store=sandbox_store,
+            egress=egress,
         )
         self.t0 = time.monotonic()
         self.created_at = iso_now()
@@ -347,16 +351,23 @@ def run_once(
     leftovers_swept: int = 0,
     warm: Box | None = None,
     on_event: EventSink | None = None,
+    egress: EgressRequest | None = None,
 ) -> RunOutcome:
     """One program in a single-use box: a fresh one, or `warm` (started ahead, from
-    the pool). The box is removed, and its removal confirmed, on every path."""
+    the pool). The box is removed, and its removal confirmed, on every path; so is
+    its egress network (and proxy), made first when its mode is not none."""
+    expires_at = int(time.time() + limits.timeout_s + EXPIRY_MARGIN_S)
+    net, plan, request = open_for_run(
+        context, egress, request, box_id=run_id, image=image, expires_at=expires_at, warm=warm
+    )
     box = warm or Box(
         context,
         image,
         limits,
         request.code_name,
         box_id=run_id,
-        expires_at=int(time.time() + limits.timeout_s + EXPIRY_MARGIN_S),
+        expires_at=expires_at,
+        egress=plan,
     )
     program = ProgramRun(
         box,
@@ -370,6 +381,7 @@ def run_once(
     if warm is None:
         box.record_attempt()
     interrupted = False
+    seen = None
     try:
         try:
             if warm is None:
@@ -388,12 +400,19 @@ def run_once(
         # Every path, including Ctrl-C and engine errors, ends here.
         program.close_observers()
         box.remove(exit_reported=program.exit_info is not None, unknown=program.unknown)
-    return finish(program, interrupted)
+        if net is not None:  # after the box: its connections are closed and logged
+            seen = net.observed_then_close(program.unknown)
+    return finish(program, interrupted, seen)
 
 
-def finish(program: ProgramRun, interrupted: bool) -> RunOutcome:
+def finish(
+    program: ProgramRun, interrupted: bool, egress: EgressObserved | None = None
+) -> RunOutcome:
     """The receipt from the program's record; the end event; Ctrl-C passed on."""
     receipt = build_receipt(program.record())
+    if egress is not None:
+        observed = replace(receipt.observed_by_pybox, egress=egress)
+        receipt = replace(receipt, observed_by_pybox=observed)
     files = program.files
     outcome = RunOutcome(
         receipt=receipt,

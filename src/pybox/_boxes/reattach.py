@@ -19,6 +19,7 @@ import time
 from pybox._boxes.box import Box
 from pybox._boxes.spec import BoxContext, refuse_if_weakened
 from pybox._core import wire
+from pybox._core.egress import EgressPlan
 from pybox._core.errors import SandboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
@@ -47,6 +48,7 @@ class SandboxBox:
     idle_s: float
     uid: int
     store: str  # the tag of the store that records the sandbox
+    egress: EgressPlan | None = None  # its network mode, when not none
 
 
 def reattach(
@@ -72,6 +74,7 @@ def reattach(
         source="same_box",
         uid=known.uid,
         sandbox_store=known.store,
+        egress=known.egress,
     )
     inspected = engine.inspect_container(known.container_id)
     if inspected is None:

@@ -237,7 +237,7 @@ def _configured(record: RunRecord) -> Configured:
         runtime=spec.runtime,
         image=ImageFacts(image.name, image.image_id, image.recipe_hash, image.digest),
         limits=record.limits.to_dict(),
-        network="none",
+        network=spec.egress.mode,
         user=spec.user,
         confinement=ConfinementFacts(
             seccomp_profile=PROFILE_NAME,

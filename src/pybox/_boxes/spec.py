@@ -14,6 +14,7 @@ from pybox._adapters.confinement import confinement
 from pybox._adapters.state import StateStore
 from pybox._core import wire
 from pybox._core.display import plural
+from pybox._core.egress import EgressPlan
 from pybox._core.errors import EngineAPIError, ImageError, PostureMismatch, SandboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
@@ -73,6 +74,7 @@ def box_spec(
     protocol: int = wire.ONE_PROGRAM,
     uid: int | None = None,
     sandbox_store: str = "",
+    egress: EgressPlan | None = None,
 ) -> BoxSpec:
     return BoxSpec(
         run_id=run_id,
@@ -92,6 +94,7 @@ def box_spec(
         payload_wait_s=payload_wait_s,
         protocol=protocol,
         engine=context.engine.name,
+        egress=egress or EgressPlan(),
     )
 
 

@@ -56,6 +56,10 @@ class EnvRefused(RequestRejected):
     """An environment variable may not cross into an experiment's box."""
 
 
+class EgressRefused(RequestRejected):
+    """A box asked for more network than the operator's policy allows (never narrowed)."""
+
+
 class Busy(RequestRejected):
     """Every box slot is taken and the queue is full, or a wait for a slot ran out.
 

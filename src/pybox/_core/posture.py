@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from pybox._core.egress import EgressPlan
 from pybox._core.limits import Limits
 from pybox._core.runtime_limits import engine_pids_limit, ulimits
 from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
@@ -181,6 +182,8 @@ class BoxSpec:
     sandbox_store: str = ""
     # The engine that makes it ("docker", "podman"): how its answers are read back.
     engine: str = "docker"
+    # Its network mode and, unless none, its own network (pybox._core.egress).
+    egress: EgressPlan = field(default_factory=EgressPlan)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -206,10 +209,9 @@ class BoxSpec:
         return box_user(self.uid)
 
     def environment(self) -> list[str]:
-        return [
-            f"{key}={value}"
-            for key, value in box_environment(self.image_env, self.limits.cpus).items()
-        ]
+        env = box_environment(self.image_env, self.limits.cpus)
+        env.update(self.egress.environment(INPUT_DIR))
+        return [f"{key}={value}" for key, value in env.items()]
 
     def entrypoint(self) -> list[str]:
         # The bootstrap's arguments: the program it pre-starts (python code_name),
@@ -276,6 +278,8 @@ host_absent = _host_absent
 
 def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
     """The whole posture of a box. The create body and the check derive from it."""
+    from pybox._core.egress_posture import network_requirements  # it builds on this module
+
     limits = spec.limits
     return (
         # What runs, as whom, where.
@@ -305,13 +309,10 @@ def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
         _config("AttachStderr", True, "bootstrap diagnostics"),
         _config("ExposedPorts", {}, "no ports", Check.EMPTY),
         _config("Volumes", {}, "no image volumes", Check.EMPTY),
-        # Network: none at all.
-        _config("NetworkDisabled", True, "no network"),
-        _host("NetworkMode", "none", "an empty network namespace"),
+        # Network: none at all, unless the box's egress mode says otherwise.
+        *network_requirements(spec.egress),
         _host("PortBindings", {}, "no published ports", Check.EMPTY),
         _host("PublishAllPorts", False, "no published ports", Check.EMPTY),
-        _host_absent("ExtraHosts", "no host entries"),
-        _host_absent("Dns", "no resolvers"),
         _host_absent("Links", "no links to other containers"),
         # Filesystem: read-only root, capped tmpfs only, nothing from the host.
         _host("ReadonlyRootfs", True, "read-only root filesystem"),
@@ -321,8 +322,6 @@ def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
         _host_absent("Mounts", "no host path, no volume"),
         _host_absent("VolumesFrom", "no volumes of other containers"),
         Requirement(("Mounts",), [], "no host path, no volume, no engine socket", Check.EMPTY),
-        Requirement(("HostsPath",), "", "no host-written /etc/hosts", Check.EMPTY),
-        Requirement(("ResolvConfPath",), "", "no host resolver file", Check.EMPTY),
         # Privilege.
         _host("Privileged", False, "not privileged", Check.EMPTY),
         _host("CapDrop", ["ALL"], "every capability dropped"),

@@ -21,10 +21,11 @@ from typing import Any
 
 from pybox._core.boxquote import NOT_IN_JSON, BoxQuote
 from pybox._core.display import escape_text, plural, quoted
+from pybox._core.egress import NONE, OPEN, EgressObserved, describe_egress
 from pybox._core.limits import FIELDS_BY_ATTR, MIB
 from pybox._core.runtime_limits import KERNEL_SCOPE_BOX, KERNEL_SCOPE_GVISOR, IsolationFacts
 
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2
 # The human summary names this many skipped files; the receipt lists the first 100.
 SKIPPED_SHOWN = 3
 # The `unknown` fact that counts the skipped files the receipt does not list.
@@ -233,6 +234,8 @@ class PyboxObserved:
     box_waited_s: float | None = None
     # True when the CLI pool service (`pybox pool start`) ran it for `pybox exec`.
     pool_service: bool = False
+    # What the box reached through pybox's egress proxy (`packages`), by host.
+    egress: EgressObserved = field(default_factory=lambda: EgressObserved(NONE))
 
 
 @dataclass(frozen=True)
@@ -371,6 +374,10 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
         )
     )
     lines.append(f"  limits: {limit_text}; no swap; network {receipt.configured.network}")
+    if pybox.egress.mode != NONE:
+        lines.append(f"  egress: {describe_egress(pybox.egress)}")
+    if receipt.configured.network == OPEN:
+        lines[0] = "pybox: [network open: general egress]" + lines[0].removeprefix("pybox:")
     confinement = receipt.configured.confinement
     apparmor = (
         f"AppArmor {confinement.apparmor_profile}"

@@ -55,6 +55,8 @@ class RunRequest:
     stdin_bytes: bytes = b""
     # The isolation lane asked for ("runc", "gvisor"); None: the operator's default.
     runtime: str | None = None
+    # The box's network mode (pybox._core.egress): none unless asked, within the policy.
+    egress: str | None = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,14 @@ from __future__ import annotations
 from pybox._engine.client import DockerEngine
 from pybox._engine.connect import connect_engine
 from pybox._engine.endpoint import ENGINES, EngineEndpoint, find_endpoint, socket_candidates
-from pybox._engine.interface import AttachStream, BoxEngine, Engine, ImageEngine, JSONObject
+from pybox._engine.interface import (
+    AttachStream,
+    BoxEngine,
+    Engine,
+    ImageEngine,
+    JSONObject,
+    NetworkEngine,
+)
 
 __all__ = [
     "ENGINES",
@@ -29,6 +36,7 @@ __all__ = [
     "EngineEndpoint",
     "ImageEngine",
     "JSONObject",
+    "NetworkEngine",
     "connect_engine",
     "find_endpoint",
     "socket_candidates",

@@ -9,11 +9,12 @@ from typing import Any
 
 from pybox._core.errors import EngineAPIError, EngineError
 from pybox._engine.interface import ARCHIVE_MAX_BYTES, JSONObject
-from pybox._engine.plumbing import NO_AUTH, EngineHTTP
+from pybox._engine.networks import NetworkCalls
+from pybox._engine.plumbing import NO_AUTH
 from pybox._engine.stream import DockerAttachStream
 
 
-class DockerEngine(EngineHTTP):
+class DockerEngine(NetworkCalls):
     """Implements `Engine`: one method per Engine API call."""
 
     # pybox's name for the engine (receipts, doctor); PodmanEngine says "podman".

@@ -8,7 +8,7 @@ is both: `DockerEngine` implements it, and the unit tests' fake does too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pybox._engine.endpoint import EngineEndpoint
 
@@ -126,3 +126,20 @@ class ImageEngine(Protocol):
 
 class Engine(BoxEngine, ImageEngine, Protocol):
     """Everything: what a `Session` holds."""
+
+
+@runtime_checkable
+class NetworkEngine(Protocol):
+    """What egress needs besides running boxes (`pybox._engine.networks`)."""
+
+    def create_network(self, name: str, body: JSONObject) -> str: ...
+
+    def inspect_network(self, network: str) -> JSONObject | None: ...
+
+    def remove_network(self, network: str) -> bool: ...
+
+    def list_networks(self, labels: Mapping[str, str | None]) -> list[JSONObject]: ...
+
+    def connect_network(self, network: str, container_id: str) -> None: ...
+
+    def container_stdout(self, container_id: str, since_epoch: int = 0) -> bytes: ...

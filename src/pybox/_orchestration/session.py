@@ -16,14 +16,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pybox._adapters.cgroups import SamplerFactory, engine_path_sampler_factory
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
+from pybox._adapters.egress_config import machine_registries
 from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.state import StateStore
 from pybox._boxes.box import run_once
 from pybox._boxes.cleanup import SweepReport, sweep
+from pybox._boxes.egress import EgressRequest, sweep_egress
 from pybox._boxes.outputs import FileMarker
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._boxes.record import RunInterrupted, RunOutcome
 from pybox._boxes.spec import BoxContext, new_run_id
+from pybox._core.egress import NONE, PACKAGES, EgressSettings, choose_mode
 from pybox._core.errors import LimitExceeded
 from pybox._core.events import EventSink
 from pybox._core.experiment_settings import ExperimentSettings
@@ -79,6 +82,7 @@ class Session(SessionFeatures, SessionImages):
         admission: AdmissionConfig | None = None,
         experiment_settings: ExperimentSettings | None = None,
         pool_service: bool = False,
+        egress_settings: EgressSettings | None = None,
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -105,6 +109,7 @@ class Session(SessionFeatures, SessionImages):
         self._sandboxes: Sandboxes | None = None
         self.sandbox_settings = sandbox_settings or SandboxSettings()
         self.experiment_settings = experiment_settings or ExperimentSettings()
+        self.egress_settings = egress_settings or EgressSettings()
         self._experiments: Experiments | None = None
         self.experiment_events: TextIO | None = None  # the MCP server: stderr
         self._engine_info: dict[str, Any] | None = None
@@ -156,6 +161,7 @@ class Session(SessionFeatures, SessionImages):
             experiment_settings=settings.experiments,
             pool_service=pool_service,
             runtimes=settings.runtimes,
+            egress_settings=settings.egress,
         )
 
     @property
@@ -174,6 +180,13 @@ class Session(SessionFeatures, SessionImages):
                 assert self._connect is not None
                 self._engine = self._connect()
             return self._engine
+
+    def egress_request(self, requested: str | None) -> EgressRequest:
+        """A box's egress: its mode within the operator's policy (refused, never
+        narrowed), with what this machine's pip and npm configuration names."""
+        mode = choose_mode(requested, self.egress_settings)
+        machine = machine_registries(self._environ) if mode == PACKAGES else None
+        return EgressRequest(mode, self.egress_settings, machine)
 
     def runtime_choice(self, requested: str | None = None) -> RuntimeChoice:
         """The lane for a run asking for `requested` (None: the operator's default),
@@ -240,6 +253,7 @@ class Session(SessionFeatures, SessionImages):
         """
         limits = self.resolve(request)
         self.runtimes.choose(request.runtime)  # a lane the operator refuses: before the engine
+        choose_mode(request.egress, self.egress_settings)  # more than allowed: refused here
         image = self.verified_image(request.image)
         return PreparedRun(
             request=request,
@@ -289,7 +303,9 @@ class Session(SessionFeatures, SessionImages):
         return leftover_boxes(self.engine, self.is_owner_alive)
 
     def sweep(self) -> SweepReport:
-        return sweep(self.engine, self.state, self.is_owner_alive)
+        report = sweep(self.engine, self.state, self.is_owner_alive)
+        sweep_egress(self.engine)  # networks and proxies whose box is gone
+        return report
 
     def _sweep_once(self) -> int:
         """Sweep before the session's first run (or warm-up), once; return how many
@@ -336,8 +352,14 @@ class Session(SessionFeatures, SessionImages):
         if self.host is not None:
             self.host.check_before_run()
         warm = None
-        # The warm pool's boxes run in the default lane; a run in another makes its own.
-        if self._pool is not None and prepared.runtime == self.runtime_choice():
+        egress = self.egress_request(request.egress)
+        # The warm pool's boxes run in the default lane, with no network; any other
+        # run makes its own box.
+        if (
+            self._pool is not None
+            and prepared.runtime == self.runtime_choice()
+            and egress.mode == NONE
+        ):
             from pybox._boxes.pool import PoolKey
 
             key = PoolKey.of(image, limits, request.code_name)
@@ -359,6 +381,7 @@ class Session(SessionFeatures, SessionImages):
                     leftovers_swept=swept,
                     warm=warm,
                     on_event=on_event,
+                    egress=egress,
                 )
             except RunInterrupted as stop:
                 stop.outcome = self._recorded(prepared, stop.outcome)

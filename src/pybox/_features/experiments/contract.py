@@ -54,6 +54,7 @@ class ExperimentOperations:
         limits: LimitRequest | None = None,
         env: object = (),
         libraries: Sequence[str] = (),
+        egress: str | None = None,
     ) -> ExperimentRecord:
         """Copy `project` into a new sandbox (see `Experiments._create`)."""
         experiments = self._self()
@@ -61,7 +62,12 @@ class ExperimentOperations:
             "create",
             None,
             lambda: experiments._create(
-                project, environment=environment, limits=limits, env=env, libraries=libraries
+                project,
+                environment=environment,
+                limits=limits,
+                env=env,
+                libraries=libraries,
+                egress=egress,
             ),
         )
         return record

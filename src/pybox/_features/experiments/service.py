@@ -102,10 +102,12 @@ class Experiments(ExperimentOperations):
         limits: LimitRequest | None = None,
         env: object = (),
         libraries: Sequence[str] = (),
+        egress: str | None = None,
     ) -> ExperimentRecord:
         """Copy `project` into a new sandbox. Everything is checked before anything is
         made; a failure after the box exists destroys it and records why."""
         policy = self.policy()
+        mode = self.session.egress_request(egress).mode  # more than allowed: refused
         root = check_project_path(project, policy, Path.home())
         forwarded = resolve_env(
             list(env) if isinstance(env, tuple) else env,
@@ -146,6 +148,7 @@ class Experiments(ExperimentOperations):
                 "copy": copy_summary(copy),
                 "env_names": list(forwarded.names),
                 "libraries": list(libraries),
+                "egress": mode,
             },
         )
         self.ledger.add(record)
@@ -154,7 +157,7 @@ class Experiments(ExperimentOperations):
         )
         try:
             info = self.sandboxes.create(
-                image=prepared.image.name, limits=limits, libraries=tuple(libraries)
+                image=prepared.image.name, limits=limits, libraries=tuple(libraries), egress=mode
             )
             self.ledger.update_doc(experiment_id, {}, sandbox_id=info.sandbox_id)
             self._unpack(info.sandbox_id, tar_path)

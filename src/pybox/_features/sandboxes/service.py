@@ -38,6 +38,13 @@ from pybox._core.posture import WORK_DIR
 from pybox._core.receipt import LibraryFact
 from pybox._core.request import RunRequest, check_request
 from pybox._core.requirements import parse_libraries
+from pybox._features.sandboxes.egress import (
+    close_egress,
+    open_egress,
+    plan_for,
+    with_ca_bundle,
+    with_hosts_reached,
+)
 from pybox._features.sandboxes.fileops import SandboxFile
 from pybox._features.sandboxes.locking import sandbox_lock
 from pybox._features.sandboxes.records import (
@@ -97,11 +104,13 @@ class Sandboxes:
         limits: LimitRequest | None = None,
         libraries: tuple[str, ...] | list[str] = (),
         say: Callable[[str], None] | None = None,
+        egress: str | None = None,
     ) -> SandboxInfo:
         """A new sandbox, its box started and its posture verified; with
         `libraries`, installed before it is handed over. Refused before anything
         is made when a limit is over the operator's ceiling or too many live."""
         wanted = parse_libraries(libraries)
+        egress_request = self.session.egress_request(egress)  # more than allowed: refused
         prepared = self.session.prepare(
             RunRequest(code=b"", image=image, limits=limits or LimitRequest())
         )
@@ -114,17 +123,23 @@ class Sandboxes:
             )
         now = time.time()
         sandbox_id = new_sandbox_id()
+        expires_at = int(now + self.settings.max_lifetime_s)
+        net = open_egress(self.session, egress_request, sandbox_id, prepared.image, expires_at)
         box = Box(
             self.session.box_context(),
             prepared.image,
             prepared.limits,
             RUN_PROGRAM,
             box_id=sandbox_id,
-            expires_at=int(now + self.settings.max_lifetime_s),
+            expires_at=expires_at,
             protocol=wire.SANDBOX,
             payload_wait_s=self.settings.idle_ttl_s,
             sandbox_store=self.tag,
+            egress=net.plan if net else None,
         )
+        box_limits: dict[str, Any] = {"box": prepared.limits.to_dict(), "uid": box.spec.uid}
+        if net is not None:
+            box_limits["egress"] = net.record()
         row = SandboxRow(
             sandbox_id=sandbox_id,
             owner=box.spec.owner,
@@ -132,7 +147,7 @@ class Sandboxes:
             container_id=None,
             image_name=prepared.image.name,
             image_id=prepared.image.image_id,
-            limits={"box": prepared.limits.to_dict(), "uid": box.spec.uid},
+            limits=box_limits,
             created_at=now,
             last_used_at=now,
             expires_at=float(box.spec.expires_at),
@@ -149,6 +164,8 @@ class Sandboxes:
                 box.open()
             except BaseException as exc:
                 removal = box.remove()
+                if net is not None:
+                    net.close()
                 reason = f"its box could not be started: {exc}"[:300]
                 if removal.confirmed:
                     self._close(sandbox_id, reason)
@@ -199,8 +216,11 @@ class Sandboxes:
                 f"The engine still lists sandbox {row.sandbox_id}'s box {row.container_name} "
                 "after removal. Retry destroy_sandbox; check `pybox doctor`."
             )
+        problems = close_egress(self.session, row)  # after the box: nothing uses them
         self.store.transition(row.sandbox_id, "destroyed", reason)
-        self.store.audit("sandbox.destroy", row.sandbox_id, {"reason": reason})
+        self.store.audit(
+            "sandbox.destroy", row.sandbox_id, {"reason": reason, "egress_left": problems}
+        )
 
     # -- programs in a sandbox ------------------------------------------------------
 
@@ -228,6 +248,7 @@ class Sandboxes:
             )
             if row.libraries:
                 request = with_packages_path(request)
+            request = with_ca_bundle(row, request)
             return self._program(
                 row, box, request, limits, kind, files_dir, cancel, on_event, installed
             )
@@ -254,6 +275,7 @@ class Sandboxes:
         )
         self.store.transition(row.sandbox_id, "busy", f"{kind} {run_id}")
         outcome: RunOutcome | None = None
+        since = time.time()
         try:
             outcome = box.run_program(
                 request,
@@ -263,6 +285,7 @@ class Sandboxes:
                 on_event=on_event,
                 limits=limits,
             )
+            outcome = with_hosts_reached(self.session, row, since, outcome)
             if installed:
                 receipt = outcome.receipt
                 configured = replace(receipt.configured, libraries=installed)
@@ -340,6 +363,7 @@ class Sandboxes:
             idle_s=row.idle_ttl_s,
             uid=int(row.limits["uid"]),
             store=self.tag,
+            egress=plan_for(row),
         )
         try:
             box = reattach(self.session.box_context(), image, Limits(**row.limits["box"]), known)

@@ -40,6 +40,7 @@ from pybox._features.verify.case_runs import (
     run_seccomp,
     run_secrets,
 )
+from pybox._features.verify.egress_case import run_egress_packages
 from pybox._features.verify.escape_judges import judge_privilege
 from pybox._features.verify.harness import Case, Suite
 from pybox._features.verify.limit_judges import (
@@ -88,6 +89,15 @@ CASES: tuple[Case, ...] = (
         "this machine's docker bridge",
         "only lo, no route, no resolver, no answer; the host listener receives nothing",
         run_network,
+    ),
+    Case(
+        "egress_packages",
+        "in packages mode: ask pybox's proxy for a name off the list, an IP literal, port 22 "
+        "and a plain request; connect around it to a listener on this machine's bridge and "
+        "the box's own gateway; resolve a name",
+        "every request refused by the proxy and logged, none relayed; no direct connection; "
+        "no answer; the listener receives nothing; the network and proxy removed",
+        run_egress_packages,
     ),
     Case(
         "memory_bomb",

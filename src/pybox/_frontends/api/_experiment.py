@@ -79,6 +79,7 @@ class Experiment:
         environment: str = "stdlib",
         env: Sequence[str] = (),
         libraries: Sequence[str] = (),
+        egress: str = "none",
         project_roots: Sequence[str | os.PathLike[str]] = (),
         config_path: str | None = None,
         environ: Mapping[str, str] | None = None,
@@ -96,6 +97,7 @@ class Experiment:
                 limits=request,
                 env=list(env),
                 libraries=tuple(libraries),
+                egress=egress,
             )
         except BaseException:
             session.close()

@@ -74,17 +74,20 @@ class Sandbox:
         *,
         image: str = "stdlib",
         libraries: Sequence[str] = (),
+        egress: str = "none",
         config_path: str | None = None,
         environ: Mapping[str, str] | None = None,
         **limits: Unpack[LimitOptions],
     ) -> None:
         """Create a sandbox from the recorded image `image`. A limit above the
-        operator's ceiling raises `LimitExceeded` before anything is created."""
+        operator's ceiling raises `LimitExceeded` before anything is created, and
+        an `egress` mode the operator does not allow ("packages": the registries
+        only, through pybox's proxy; "open") raises `EgressRefused`."""
         request = limit_request_from_keywords(limits)  # unknown keywords first
         session = _open(config_path, environ)
         try:
             info = session.sandboxes().create(
-                image=image, limits=request, libraries=tuple(libraries)
+                image=image, limits=request, libraries=tuple(libraries), egress=egress
             )
         except BaseException:
             session.close()

@@ -98,6 +98,7 @@ def _exec_request(
         env=tuple(env),
         stdin_bytes=b"" if args.stdin is None else read(args.stdin, "stdin file"),
         runtime=args.runtime,
+        egress=args.egress,
     )
 
 
@@ -343,6 +344,13 @@ def register(commands: Commands) -> None:
     _program_arguments_after_double_dash(run)
     run.add_argument("--image", default="stdlib", help="a recorded image (default: stdlib)")
     add_runtime_flag(run)
+    run.add_argument(
+        "--egress",
+        choices=("none", "packages", "open"),
+        default="none",
+        help="what the box may reach: none (default), packages (the operator's registries "
+        "only, through pybox's proxy), open; within the operator's policy",
+    )
     shown = run.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="print one JSON record on stdout")
     shown.add_argument(

@@ -74,6 +74,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         limits=limit_request(args),
         env=list(args.env or ()),
         libraries=tuple(args.library or ()),
+        egress=args.egress,
     )
     described = experiment_dict(experiments, record)
     copy = described["copy"]

@@ -53,6 +53,12 @@ def add_actions(actions: Any, handlers: ModuleType, wrap: Any) -> None:
     )  # fmt: skip
     create.add_argument("--library", action="append", metavar="SPEC", help="a package to install")
     create.add_argument(
+        "--egress", choices=("none", "packages", "open"), default="none",
+        help="what the box may reach: none (default), packages (the operator's registries "
+        "only, through pybox's proxy), open (general egress); the operator's policy decides "
+        "which are allowed",
+    )  # fmt: skip
+    create.add_argument(
         "--project-root", action="append", metavar="DIR",
         help="allow projects under DIR too (besides the config's [experiments] project_roots)",
     )  # fmt: skip

@@ -105,6 +105,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         limits=limit_request(args),
         libraries=tuple(args.library or ()),
         say=progress,
+        egress=args.egress,
     )
     if args.json:
         _json({"sandbox": info.to_dict()})
@@ -330,6 +331,12 @@ def register(commands: Commands) -> None:
         metavar="SPEC",
         help="a package to install, name and version specifiers only (repeatable)",
     )
+    create.add_argument(
+        "--egress", choices=("none", "packages", "open"), default="none",
+        help="what the box may reach: none (default), packages (the operator's registries "
+        "only, through pybox's proxy), open (general egress); the operator's policy decides "
+        "which are allowed",
+    )  # fmt: skip
     add_limit_flags(create)
     _add_json(create)
     create.set_defaults(handler=_with_json_errors(cmd_create, own))

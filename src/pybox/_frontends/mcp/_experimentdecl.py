@@ -10,7 +10,7 @@ from __future__ import annotations
 from pybox._frontends.mcp import _experimenttools as tools
 from pybox._frontends.mcp._protocol import JSONObject
 from pybox._frontends.mcp._runargs import limit_request
-from pybox._frontends.mcp._sandboxtools import LIBRARIES, PATH, TIMEOUT, guarded
+from pybox._frontends.mcp._sandboxtools import LIBRARIES, PATH, TIMEOUT, egress_schema, guarded
 from pybox._frontends.mcp._toolbox import Hints, Tool, Toolbox
 
 GROUP = tools.GROUP
@@ -75,6 +75,7 @@ def _create_schema(toolbox: Toolbox) -> JSONObject:
                 'host\'s value, "NAME=value" sets one. Credential-shaped names are refused.',
             },
             "libraries": LIBRARIES,
+            "egress": egress_schema(toolbox),
         },
     )
 

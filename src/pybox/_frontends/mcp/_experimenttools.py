@@ -39,6 +39,12 @@ def _own_json(structure: JSONObject) -> str:
     return json.dumps(structure, indent=2)
 
 
+EGRESS_WORDS = {
+    "none": "no network",
+    "packages": "it reaches the operator's package registries only",
+    "open": "network open: general egress",
+}
+
 # -- handlers -----------------------------------------------------------------------
 
 
@@ -56,13 +62,15 @@ def create_experiment(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> J
         limits=args.get("limits", LimitRequest()),
         env=list(args.get("env", [])),
         libraries=tuple(args.get("libraries", ())),
+        egress=args.get("egress"),
     )
     described = _described(toolbox, record)
     copy = described["copy"]
     skipped = "\n".join(f"{s['path']}\t{s['reason']}" for s in copy.get("skipped", []))
     return _result(
         f"Created experiment {record.experiment_id}: {copy.get('files')} files of "
-        f"{record.project} copied into a sealed sandbox (no network); "
+        f"{record.project} copied into a sealed sandbox "
+        f"({EGRESS_WORDS.get(str(record.doc.get('egress', 'none')), 'no network')}); "
         f"{copy.get('skipped_count', 0)} skipped (listed below: path, reason). The project "
         "itself is never written. Run commands with execute_experiment, tests with run_tests, "
         "see changes with inspect_changes; destroy_experiment when done.",

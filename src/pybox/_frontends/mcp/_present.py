@@ -408,7 +408,7 @@ RUN_OUTPUT_SCHEMA: JSONObject = {
         "box_removed": {"type": "boolean"},
         "receipt": {
             "type": "object",
-            "description": "the full receipt (receipt_version 1; see docs/receipt.md)",
+            "description": "the full receipt (receipt_version 2; see docs/receipt.md)",
             "required": ["receipt_version", "run_id", "status"],
         },
     },

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from pybox._core.boxquote import BoxQuote
+from pybox._core.egress import MODES as EGRESS_MODES
 from pybox._core.errors import InvalidRequest, PyboxError, RequestRejected
 from pybox._core.limits import LimitRequest
 from pybox._core.receipt import LibraryFact
@@ -65,6 +66,22 @@ LIBRARIES: JSONObject = {
     "specifiers only (for example 'requests' or 'attrs>=23'); no URLs, paths or options. They "
     "are installed by a separate box; the sandbox itself never gets a network.",
 }
+
+
+def egress_schema(toolbox: Toolbox) -> JSONObject:
+    """The `egress` argument: every mode, and the ones the operator allows, in words
+    (a mode beyond them is refused by name, never narrowed)."""
+    allowed = [mode for mode in EGRESS_MODES if mode == "none" or mode in toolbox.egress_modes()]
+    return {
+        "type": "string",
+        "enum": list(EGRESS_MODES),
+        "description": "What the box may reach: 'none' (nothing; the default), 'packages' "
+        "(only the operator's package registries, through pybox's allowlisting proxy: pip "
+        "and npm work, nothing else does), 'open' (general egress). This server allows: "
+        f"{', '.join(allowed)}.",
+    }
+
+
 TIMEOUT: JSONObject = {
     "type": "number",
     "minimum": 0.001,
@@ -148,6 +165,7 @@ def create_sandbox(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSON
         image=image,
         limits=args.get("limits", LimitRequest()),
         libraries=tuple(args.get("libraries", ())),
+        egress=args.get("egress"),
     )
     return _info_result(
         info,
@@ -310,6 +328,7 @@ def _create_schema(toolbox: Toolbox) -> JSONObject:
             },
             "libraries": LIBRARIES,
             "limits": limits_json_schema(policy.defaults, policy.ceilings),
+            "egress": egress_schema(toolbox),
         },
     )
 

@@ -184,6 +184,10 @@ class Toolbox:
             if tool.group in self.groups or any(g in self.groups for g in tool.also_in)
         }
 
+    def egress_modes(self) -> tuple[str, ...]:
+        """The network modes the operator's policy allows boxes to ask for."""
+        return self.session.egress_settings.modes
+
     def allowed_images(self) -> list[str]:
         recorded = sorted(self.session.recorded_images())
         if self.options.images is None:

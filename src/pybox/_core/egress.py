@@ -1,0 +1,237 @@
+"""Network modes ("egress") for boxes: the operator's policy, a box's choice, the
+plan a box is made with, and what the proxy's log says it reached (pure).
+
+- `none`: no interface but `lo` (the default, always).
+- `packages`: an internal network of the box's own, whose only other member is
+  pybox's allowlisting CONNECT proxy (`pybox._inbox.egress_proxy`).
+- `open`: a bridge network of the box's own with general egress; only when the
+  operator enables it.
+
+The allowlist is the operator's (config) and the machine's pip and npm
+configuration (`pybox._adapters.egress_config`), never the agent's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pybox._core.errors import ConfigError, EgressRefused, InvalidRequest
+
+NONE, PACKAGES, OPEN = "none", "packages", "open"
+MODES = (NONE, PACKAGES, OPEN)
+PROXY_PORT = 3128
+# Where the machine's CA bundle is put in a `packages` box (an input file).
+CA_BUNDLE_NAME = "pybox-egress-ca.pem"
+# Egress networks and proxies carry these, not io.pybox.managed: they live exactly
+# as long as their box (pybox-<for>), and the egress sweep removes them after it.
+LABEL_EGRESS = "io.pybox.egress"
+LABEL_EGRESS_FOR = "io.pybox.egress-for"
+LABEL_EGRESS_CREATED = "io.pybox.egress-created"
+EGRESS_KEYS = ("modes", "allow_hosts", "machine_config", "private_addresses", "ca_bundle")
+
+
+def normalise_host(name: str) -> str:
+    name = name.strip().lower()
+    return name[:-1] if name.endswith(".") else name
+
+
+def host_problem(name: str) -> str | None:
+    """Why `name` cannot be on an allowlist (IP literals, wildcards, non-ASCII), or None."""
+    if not name or len(name) > 253 or not name.isascii():
+        return "empty, longer than 253 characters, or not ASCII (write IDN names as xn--)"
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+        return "an address, not a host name"
+    except ValueError:
+        pass
+    labels = name.split(".")
+    for label in labels:
+        if not label or len(label) > 63 or label.startswith("-") or label.endswith("-"):
+            return f"the label {label!r} is not a host name label"
+        if not all(ch.isalnum() or ch == "-" for ch in label):
+            return f"the label {label!r} holds a character other than a-z, 0-9 and -"
+    if labels[-1].isdigit():
+        return "its last label is a number (an address in disguise)"
+    return None
+
+
+@dataclass(frozen=True)
+class EgressSettings:
+    """`[egress]` in the operator's config."""
+
+    modes: tuple[str, ...] = (NONE, PACKAGES)  # what boxes may ask for
+    allow_hosts: tuple[str, ...] = ()  # besides the machine's pip and npm configuration
+    machine_config: bool = True  # read pip.conf and npmrc for registry hosts
+    private_addresses: bool = False  # allowed names may resolve to non-global addresses
+    ca_bundle: str = "auto"  # "auto" (pip/npm config, SSL_CERT_FILE), "none", or a path
+
+    def with_settings(self, values: Mapping[str, object], source: str) -> EgressSettings:
+        unknown = sorted(set(values) - set(EGRESS_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown egress setting {', '.join(unknown)}. "
+                f"Known: {', '.join(EGRESS_KEYS)}."
+            )
+        changes: dict[str, object] = {}
+        for key in ("modes", "allow_hosts"):
+            if key in values:
+                raw = values[key]
+                if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+                    raise ConfigError(f"{source}: egress.{key} must be a list of strings.")
+                changes[key] = tuple(raw)
+        for mode in changes.get("modes", ()):  # type: ignore[attr-defined]
+            if mode not in MODES:
+                raise ConfigError(
+                    f"{source}: egress.modes holds {mode!r}; known: {', '.join(MODES)}."
+                )
+        hosts = []
+        for host in changes.get("allow_hosts", ()):  # type: ignore[attr-defined]
+            problem = host_problem(normalise_host(host))
+            if problem:
+                raise ConfigError(f"{source}: egress.allow_hosts: {host!r} is {problem}.")
+            hosts.append(normalise_host(host))
+        if "allow_hosts" in changes:
+            changes["allow_hosts"] = tuple(hosts)
+        for key in ("machine_config", "private_addresses"):
+            if key in values:
+                if not isinstance(values[key], bool):
+                    raise ConfigError(f"{source}: egress.{key} must be true or false.")
+                changes[key] = values[key]
+        if "ca_bundle" in values:
+            if not isinstance(values["ca_bundle"], str) or not values["ca_bundle"]:
+                raise ConfigError(f"{source}: egress.ca_bundle must be auto, none or a path.")
+            changes["ca_bundle"] = values["ca_bundle"]
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def choose_mode(requested: str | None, settings: EgressSettings) -> str:
+    """The box's mode: `none` unless asked; more than the operator allows is refused."""
+    mode = NONE if requested is None else requested
+    if mode not in MODES:
+        raise InvalidRequest(f"egress must be one of {', '.join(MODES)}, not {mode!r}.")
+    if mode != NONE and mode not in settings.modes:
+        allowed = ", ".join(m for m in MODES if m == NONE or m in settings.modes)
+        raise EgressRefused(
+            f"egress {mode!r} is not allowed by the operator's policy (allowed: {allowed}). "
+            f'The operator enables it with `modes = [..., "{mode}"]` under [egress] '
+            "in pybox's config file; pybox never narrows a request on its own."
+        )
+    return mode
+
+
+@dataclass(frozen=True)
+class EgressPlan:
+    """How one box reaches out: made before the box, part of its posture."""
+
+    mode: str = NONE
+    network: str = ""  # the box's own network (empty for none)
+    proxy_address: str = ""  # packages: the proxy's address on that network
+    hosts: tuple[str, ...] = ()  # packages: the allowlist
+    ca_bundle: bool = False  # packages: the machine's CA bundle is an input file
+
+    def environment(self, input_dir: str) -> dict[str, str]:
+        if self.mode != PACKAGES:
+            return {}
+        url = f"http://{self.proxy_address}:{PROXY_PORT}"
+        env = {
+            name: url
+            for name in (
+                "HTTPS_PROXY",
+                "https_proxy",
+                "HTTP_PROXY",
+                "http_proxy",
+                "npm_config_proxy",
+                "npm_config_https_proxy",
+            )
+        }
+        env["NO_PROXY"] = env["no_proxy"] = ""
+        if self.ca_bundle:
+            path = f"{input_dir}/{CA_BUNDLE_NAME}"
+            env.update(
+                SSL_CERT_FILE=path,
+                NODE_EXTRA_CA_CERTS=path,
+                PIP_CERT=path,
+                REQUESTS_CA_BUNDLE=path,
+                npm_config_cafile=path,
+            )
+        return env
+
+
+@dataclass(frozen=True)
+class HostReached:
+    host: str
+    port: int
+    connections: int
+    up_bytes: int
+    down_bytes: int
+
+
+@dataclass(frozen=True)
+class EgressObserved:
+    """What the proxy's log says about one program (the receipt's `observed_by_pybox.egress`)."""
+
+    mode: str
+    hosts: tuple[HostReached, ...] = ()
+    refused: int = 0  # CONNECT requests the proxy refused
+    refused_names: tuple[str, ...] = ()  # at most 20, as the box sent them (untrusted)
+
+
+def read_proxy_log(lines: Iterable[str], since_epoch: float) -> list[dict[str, object]]:
+    """The proxy's events logged at or after `since_epoch` (its clock is the host's:
+    the proxy container shares the kernel)."""
+    events: list[dict[str, object]] = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        at = event.get("t") if isinstance(event, dict) else None
+        if isinstance(at, int | float) and at >= since_epoch:
+            events.append(event)
+    return events
+
+
+def pending_connections(events: Iterable[Mapping[str, object]]) -> int:
+    opened = closed = 0
+    for event in events:
+        opened += event.get("event") == "open"
+        closed += event.get("event") == "close"
+    return opened - closed
+
+
+def summarise(mode: str, events: Iterable[Mapping[str, object]]) -> EgressObserved:
+    totals: dict[tuple[str, int], list[int]] = {}
+    refused: list[str] = []
+    for event in events:
+        kind = event.get("event")
+        host, port = str(event.get("host", "")), event.get("port", 0)
+        if kind == "close" and isinstance(port, int):
+            row = totals.setdefault((host, port), [0, 0, 0])
+            row[0] += 1
+            up, down = event.get("up_bytes", 0), event.get("down_bytes", 0)
+            row[1] += up if isinstance(up, int) else 0
+            row[2] += down if isinstance(down, int) else 0
+        elif kind == "refused":
+            refused.append(host)
+    hosts = tuple(
+        HostReached(host, port, row[0], row[1], row[2])
+        for (host, port), row in sorted(totals.items())
+    )
+    names = tuple(dict.fromkeys(name for name in refused if name))[:20]
+    return EgressObserved(mode, hosts, len(refused), names)
+
+
+def describe_egress(observed: EgressObserved) -> str:
+    """One line for the receipt's summary (refused names are the box's: only counted)."""
+    if observed.mode == OPEN:
+        return "open: general egress, not observed by pybox"
+    reached = "; ".join(
+        f"{h.host}:{h.port} ({h.connections} conn., {h.up_bytes} B up, {h.down_bytes} B down)"
+        for h in observed.hosts
+    )
+    refused = f"; {observed.refused} refused by the proxy" if observed.refused else ""
+    return f"packages: {reached or 'no host reached'}{refused}"

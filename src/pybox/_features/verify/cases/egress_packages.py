@@ -1,0 +1,63 @@
+"""Hostile, in `packages` mode: get past pybox's egress proxy, or around it."""
+
+import errno
+import json
+import os
+import socket
+import threading
+
+params = json.load(open(os.path.join(os.environ["PYBOX_INPUT_DIR"], "verify.json")))
+report = {"interfaces": sorted(os.listdir("/sys/class/net"))}
+proxy = os.environ.get("HTTPS_PROXY", "")
+report["proxy"] = proxy
+host, _, port = proxy.split("//")[-1].rpartition(":")
+
+
+def ask(line):
+    try:
+        with socket.create_connection((host, int(port)), 5) as sock:
+            sock.sendall(line + b"\r\n\r\n")
+            return sock.recv(200).split(b"\r\n")[0].decode("ascii", "replace")
+    except (OSError, ValueError) as exc:
+        return type(exc).__name__
+
+
+# Never an allowed name: nothing here reaches a registry.
+report["through_proxy"] = {
+    "name off the list": ask(b"CONNECT pybox-verify.invalid:443 HTTP/1.1"),
+    "IP literal": ask(b"CONNECT 127.0.0.1:443 HTTP/1.1"),
+    "port 22": ask(b"CONNECT pybox-verify.invalid:22 HTTP/1.1"),
+    "plain GET": ask(b"GET /simple/ HTTP/1.1\r\nHost: pybox-verify.invalid"),
+}
+gateway = None
+for line in open("/proc/net/route").read().splitlines()[1:]:
+    fields = line.split()
+    if fields[1] == "00000000":
+        gateway = socket.inet_ntoa(int(fields[2], 16).to_bytes(4, "little"))
+report["direct"] = {}
+target = params.get("listener")
+for address in [a for a in ((target or {}).get("host"), gateway) if a]:
+    tcp = socket.socket()
+    tcp.settimeout(3)
+    try:
+        tcp.connect((address, (target or {}).get("tcp_port", 443)))
+        report["direct"][address] = "connected"
+    except OSError as exc:
+        report["direct"][address] = errno.errorcode.get(exc.errno, type(exc).__name__)
+    finally:
+        tcp.close()
+answer = []
+
+
+def look():
+    try:
+        answer.append(str(socket.getaddrinfo("pybox-verify.invalid", 443)))
+    except OSError as exc:
+        answer.append(f"{type(exc).__name__} {exc.errno}")
+
+
+thread = threading.Thread(target=look, daemon=True)
+thread.start()
+thread.join(3)
+report["dns"] = answer[0] if answer else "no answer in 3 s"
+print(json.dumps(report))

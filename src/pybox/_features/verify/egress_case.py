@@ -1,0 +1,104 @@
+"""The `egress_packages` case: a box in `packages` mode tries to get past pybox's
+egress proxy (names off the list, an IP literal, another port, a plain request)
+and around it (a listener on this machine's bridge, its own gateway, a lookup).
+
+It runs only when the operator's policy allows `packages` and names registries;
+otherwise it says so and passes (nothing was opened). It never asks the proxy for
+an allowed name, so it reaches no registry.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING
+
+from pybox._adapters.host_facts import bridge_gateway
+from pybox._core.egress import LABEL_EGRESS_FOR, PACKAGES
+from pybox._core.errors import PyboxError
+from pybox._core.limits import LimitRequest
+from pybox._core.request import RunRequest
+from pybox._engine import NetworkEngine
+from pybox._features.verify.case_runs import _drain_listener, _verify_json
+from pybox._features.verify.verdict import (
+    Verdict,
+    case_source,
+    judge_posture_read_back,
+    program_report,
+)
+
+if TYPE_CHECKING:
+    from pybox._boxes.record import RunOutcome
+    from pybox._features.verify.harness import Suite
+
+REFUSED = ("HTTP/1.1 403 Forbidden", "HTTP/1.1 400 Bad Request")
+
+
+def run_egress_packages(suite: Suite, verdict: Verdict) -> None:
+    session = suite.session
+    try:
+        egress = session.egress_request(PACKAGES)
+    except PyboxError as exc:
+        verdict.saw("pybox", f"packages mode is not enabled by the operator's policy: {exc}")
+        return
+    if not egress.hosts():
+        verdict.saw("pybox", "packages mode names no registry here ([egress] allow_hosts)")
+        return
+    gateway = bridge_gateway()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+        target = {}
+        if gateway is not None:
+            tcp.bind((gateway, 0))
+            tcp.listen(8)
+            target = {"listener": {"host": gateway, "tcp_port": tcp.getsockname()[1]}}
+        request = RunRequest(
+            code=case_source("egress_packages"),
+            code_name="egress_packages.py",
+            inputs=_verify_json(target),
+            limits=LimitRequest(timeout_s=30),
+            egress=PACKAGES,
+        )
+        outcome = session.run(session.prepare(request))
+        verdict.run_ids.append(outcome.receipt.run_id)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            connections = _drain_listener(tcp, udp)[0]
+    judge_egress_packages(outcome, verdict, gateway, connections)
+    left = []
+    engine = suite.engine
+    if isinstance(engine, NetworkEngine):
+        labels = {LABEL_EGRESS_FOR: outcome.receipt.run_id}
+        left = engine.list_networks(labels) + engine.list_containers(labels)
+    if verdict.check(not left, f"{len(left)} egress networks or proxies left behind"):
+        verdict.saw("engine", "its egress network and proxy were removed: none is listed")
+    suite.gone(verdict, outcome.receipt)
+
+
+def judge_egress_packages(
+    outcome: RunOutcome, verdict: Verdict, gateway: str | None, connections: int
+) -> None:
+    receipt = outcome.receipt
+    report = program_report(outcome.stdout, outcome.stderr, verdict)
+    judge_posture_read_back(receipt, verdict)
+    seen = receipt.observed_by_pybox.egress
+    verdict.check(receipt.configured.network == PACKAGES, "the box was not in packages mode")
+    verdict.check(seen.hosts == (), f"the proxy relayed connections: {seen.hosts}")
+    verdict.check(seen.refused == 4, f"the proxy logged {seen.refused} refusals, not 4")
+    verdict.saw("pybox", f"the proxy's log: no host reached; {seen.refused} requests refused")
+    if not report:
+        return
+    asked = report.get("through_proxy") or {}
+    for what, answer in asked.items():
+        verdict.check(answer in REFUSED, f"the proxy answered {what!r} with {answer!r}")
+    verdict.saw("program", "; ".join(f"{what}: {answer}" for what, answer in asked.items()))
+    direct = report.get("direct") or {}
+    verdict.check("connected" not in direct.values(), f"a direct connection: {direct}")
+    verdict.check(not str(report.get("dns")).startswith("[("), f"a name resolved: {report}")
+    verdict.saw(
+        "program",
+        f"interfaces {report.get('interfaces')}; direct TCP "
+        + ", ".join(f"{a}: {r}" for a, r in direct.items())
+        + f"; lookup: {report.get('dns')}",
+    )
+    if gateway is not None and verdict.check(
+        connections == 0, f"the listener on {gateway} got {connections} connections"
+    ):
+        verdict.saw("host", f"the TCP listener on the bridge {gateway} received nothing")

@@ -1,0 +1,242 @@
+"""`packages` and `open` egress on the real engine.
+
+Connections go only to the real package registries (allowed, through the
+proxy) and to listeners this test starts on this machine (to prove denial).
+The registry host names are pip's own defaults, read from the pip installed
+beside the tests, never written here; a name the proxy must refuse is never
+looked up. pip itself is the ensurepip wheel of the test's Python, handed to
+the box as an input file (the stdlib image has no pip).
+"""
+
+from __future__ import annotations
+
+import ensurepip
+import ipaddress
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pybox._adapters.state import StateStore
+from pybox._core.egress import LABEL_EGRESS, LABEL_EGRESS_FOR, EgressSettings
+from pybox._core.errors import EgressRefused, PostureMismatch
+from pybox._core.limits import MIB, LimitRequest, Policy
+from pybox._core.request import InputFile, RunRequest
+from pybox._engine import Engine, NetworkEngine
+from pybox._orchestration.session import Session
+
+pip_index = pytest.importorskip("pip._internal.models.index")
+DENIED = "denied.invalid"
+WHEELS = sorted((Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"))
+
+
+def registry_hosts() -> tuple[str, ...]:
+    return (pip_index.PyPI.netloc, pip_index.PyPI.file_storage_domain)
+
+
+def non_global(hosts: tuple[str, ...]) -> bool:
+    """Whether this machine's resolver answers a non-global address for a registry
+    (here: every name resolves to one documentation-range address, 203.0.113.80,
+    behind which the machine's intercepting proxy sits)."""
+    for host in hosts:
+        for info in socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM):
+            if not ipaddress.ip_address(info[4][0]).is_global:
+                return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def egress_session(engine: Engine, state_dir: Path) -> Session:
+    if not WHEELS:
+        pytest.skip("no ensurepip pip wheel beside the test's Python")
+    hosts = registry_hosts()
+    settings = EgressSettings(
+        modes=("none", "packages", "open"),
+        allow_hosts=hosts,
+        private_addresses=non_global(hosts),
+    )
+    return Session(engine, StateStore(state_dir), Policy(), egress_settings=settings)
+
+
+class Listener:
+    """A TCP listener on this machine's docker bridge gateway: nothing may reach it."""
+
+    def __init__(self, address: str) -> None:
+        self.sock = socket.create_server((address, 0))
+        self.address, self.port = address, self.sock.getsockname()[1]
+        self.accepted: list[object] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(peer)
+            conn.close()
+
+
+@pytest.fixture
+def listener(engine: Engine) -> Iterator[Listener]:
+    assert isinstance(engine, NetworkEngine)
+    bridge = engine.inspect_network("bridge") or {}
+    config = ((bridge.get("IPAM") or {}).get("Config") or [{}])[0]
+    gateway = str(config.get("Gateway") or "")
+    if not gateway and config.get("Subnet"):  # the default bridge: its first address
+        gateway = str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+    try:
+        server = Listener(gateway)
+    except (OSError, ValueError):
+        pytest.skip(f"no listener on the engine's bridge gateway {gateway!r} on this machine")
+    yield server
+    server.sock.close()
+
+
+PROBE = """
+import json, os, socket, subprocess, sys, threading
+out = {}
+wheel = os.path.join(os.environ["PYBOX_INPUT_DIR"], WHEEL)
+pip = subprocess.run(
+    [sys.executable, wheel + "/pip", "download", "six==1.16.0", "--no-deps",
+     "--no-cache-dir", "--disable-pip-version-check", "-d", "/tmp/dl"],
+    capture_output=True, text=True, timeout=120,
+)
+out["pip"] = pip.returncode
+out["pip_tail"] = (pip.stdout + pip.stderr)[-600:]
+out["downloaded"] = sorted(os.listdir("/tmp/dl")) if os.path.isdir("/tmp/dl") else []
+proxy_host, proxy_port = os.environ["HTTPS_PROXY"].split("//")[1].rsplit(":", 1)
+with socket.create_connection((proxy_host, int(proxy_port)), 5) as s:
+    s.sendall(b"CONNECT " + DENIED.encode() + b":443 HTTP/1.1\\r\\n\\r\\n")
+    out["denied"] = s.recv(100).decode("ascii", "replace").split("\\r\\n")[0]
+gateway = None
+for line in open("/proc/net/route").read().splitlines()[1:]:
+    fields = line.split()
+    if fields[1] == "00000000":
+        gateway = socket.inet_ntoa(int(fields[2], 16).to_bytes(4, "little"))
+out["direct"] = {}
+for host in (LISTENER, gateway):
+    try:
+        socket.create_connection((host, PORT), 3).close()
+        out["direct"][host] = "connected"
+    except OSError as exc:
+        out["direct"][host] = type(exc).__name__
+answer = []
+def look():
+    try:
+        answer.append(socket.getaddrinfo(ALLOWED, 443))
+    except OSError as exc:
+        answer.append(type(exc).__name__)
+t = threading.Thread(target=look, daemon=True); t.start(); t.join(3)
+out["lookup"] = "no answer in 3 s" if not answer else str(answer[0])[:100]
+print(json.dumps(out))
+"""
+
+
+def probe(listener: Listener) -> bytes:
+    return (
+        f"WHEEL = {WHEELS[-1].name!r}; DENIED = {DENIED!r}; LISTENER = {listener.address!r}; "
+        f"PORT = {listener.port}; ALLOWED = {registry_hosts()[0]!r}\n" + PROBE
+    ).encode()
+
+
+def leftovers(engine: Engine, box_id: str) -> list[str]:
+    assert isinstance(engine, NetworkEngine)
+    labels = {LABEL_EGRESS_FOR: box_id}
+    found = [str(c.get("Names")) for c in engine.list_containers(labels)]
+    found += [str(n.get("Name")) for n in engine.list_networks(labels)]
+    return found
+
+
+def check_contained(report: dict[str, object], listener: Listener) -> None:
+    assert report["pip"] == 0, report["pip_tail"]
+    assert report["downloaded"] == ["six-1.16.0-py2.py3-none-any.whl"]
+    assert report["denied"] == "HTTP/1.1 403 Forbidden"
+    direct = report["direct"]
+    assert isinstance(direct, dict) and "connected" not in direct.values(), direct
+    assert listener.accepted == []
+    assert not str(report["lookup"]).startswith("[("), report["lookup"]
+
+
+def test_packages_run_reaches_the_registries_and_nothing_else(
+    egress_session: Session, engine: Engine, listener: Listener
+) -> None:
+    request = RunRequest(
+        code=probe(listener),
+        inputs=(InputFile(WHEELS[-1].name, WHEELS[-1].read_bytes()),),
+        egress="packages",
+        limits=LimitRequest(timeout_s=150, memory_bytes=512 * MIB),
+    )
+    outcome = egress_session.run(request)
+    receipt = outcome.receipt.to_dict()
+    assert receipt["status"] == "succeeded", outcome.stderr[-2000:]
+    check_contained(json.loads(outcome.stdout), listener)
+    assert receipt["configured"]["network"] == "packages"
+    assert receipt["observed_by_engine"]["posture_verified"] is True
+    seen = receipt["observed_by_pybox"]["egress"]
+    assert {h["host"] for h in seen["hosts"]} == set(registry_hosts())  # exactly these
+    assert all(h["port"] == 443 and h["down_bytes"] > 1000 for h in seen["hosts"])
+    assert (seen["refused"], seen["refused_names"]) == (1, [DENIED])
+    assert "pybox-egress-ca.pem" in [i["name"] for i in receipt["configured"]["inputs"]]
+    assert leftovers(engine, outcome.receipt.run_id) == []
+
+
+def test_packages_sandbox_keeps_its_network_and_each_receipt_its_hosts(
+    egress_session: Session, engine: Engine, listener: Listener
+) -> None:
+    sandboxes = egress_session.sandboxes()
+    limits = LimitRequest(timeout_s=150, memory_bytes=512 * MIB)
+    info = sandboxes.create(egress="packages", limits=limits)
+    try:
+        sandboxes.write_file(info.sandbox_id, "probe.py", probe(listener))
+        sandboxes.write_file(info.sandbox_id, WHEELS[-1].name, WHEELS[-1].read_bytes())
+        argv = ["python3", "-c", "import os, runpy; os.environ['PYBOX_INPUT_DIR'] = "
+                "'/pybox/work'; runpy.run_path('probe.py')"]  # fmt: skip
+        for _ in range(2):
+            outcome = sandboxes.exec(info.sandbox_id, argv, timeout_s=150)
+            assert outcome.receipt.exit_code == 0, outcome.stderr[-2000:]
+            check_contained(json.loads(outcome.stdout), listener)
+            seen = outcome.receipt.to_dict()["observed_by_pybox"]["egress"]
+            assert {h["host"] for h in seen["hosts"]} == set(registry_hosts())
+            assert seen["refused"] == 1
+    finally:
+        sandboxes.destroy(info.sandbox_id)
+    assert leftovers(engine, info.sandbox_id) == []
+
+
+def test_open_is_general_egress_and_says_so_first(
+    egress_session: Session, listener: Listener
+) -> None:
+    code = f"import socket; socket.create_connection(({listener.address!r}, {listener.port}), 5)"
+    outcome = egress_session.run(RunRequest(code=code.encode(), egress="open"))
+    assert outcome.receipt.status.value == "succeeded", outcome.stderr
+    assert outcome.receipt.summary_lines()[0].startswith(
+        "pybox: [network open: general egress] succeeded"
+    )
+    assert len(listener.accepted) == 1
+
+
+def test_a_mode_the_operator_does_not_allow_is_refused(session: Session) -> None:
+    with pytest.raises(EgressRefused, match="'open' is not allowed"):
+        session.run(RunRequest(code=b"", egress="open"))
+
+
+def test_a_weakened_network_stops_the_run_before_any_box(
+    egress_session: Session, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pybox._core.egress_posture import network_body
+
+    def weakened(mode: str, labels: dict[str, str]) -> dict[str, object]:
+        return {**network_body(mode, labels), "Internal": False, "Options": {}}
+
+    monkeypatch.setattr("pybox._boxes.egress.network_body", weakened)
+    with pytest.raises(PostureMismatch, match="Internal is False"):
+        egress_session.run(RunRequest(code=b"print(1)", egress="packages"))
+    assert isinstance(engine, NetworkEngine)
+    assert engine.list_networks({LABEL_EGRESS: None}) == [] or all(
+        (n.get("Labels") or {}).get("io.pybox.owner") != egress_session.owner
+        for n in engine.list_networks({LABEL_EGRESS: None})
+    )

@@ -1,0 +1,255 @@
+"""Network modes: the policy, the machine's registry configuration, the posture
+rows, the proxy log's reading and the receipt (the proxy itself: test_egress_proxy)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from pybox._adapters.config import load_settings
+from pybox._adapters.egress_config import machine_registries, url_host
+from pybox._adapters.state import StateStore
+from pybox._core.egress import (
+    CA_BUNDLE_NAME,
+    EgressObserved,
+    EgressPlan,
+    EgressSettings,
+    HostReached,
+    choose_mode,
+    host_problem,
+    pending_connections,
+    read_proxy_log,
+    summarise,
+)
+from pybox._core.egress_posture import network_body, network_problems, network_requirements
+from pybox._core.errors import ConfigError, EgressRefused, InvalidRequest
+from pybox._core.posture import check_requirements
+from pybox._core.request import RunRequest
+from tests.unit.conftest import make_session
+from tests.unit.fake_engine import FakeEngine, Script
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+# -- policy -----------------------------------------------------------------------------
+
+
+def test_none_is_the_default_and_always_allowed() -> None:
+    assert choose_mode(None, EgressSettings(modes=())) == "none"
+    assert choose_mode("none", EgressSettings(modes=())) == "none"
+
+
+def test_more_than_allowed_is_refused_by_name_never_narrowed() -> None:
+    with pytest.raises(EgressRefused, match=r"'open' is not allowed .*allowed: none, packages"):
+        choose_mode("open", EgressSettings())
+    with pytest.raises(EgressRefused, match=r"allowed: none\)"):
+        choose_mode("packages", EgressSettings(modes=("none",)))
+    with pytest.raises(InvalidRequest, match="one of none, packages, open"):
+        choose_mode("internet", EgressSettings())
+
+
+def test_a_refused_mode_creates_nothing(engine: FakeEngine, state: StateStore) -> None:
+    session = make_session(engine, state)
+    with pytest.raises(EgressRefused):
+        session.run(RunRequest(code=b"print(1)", egress="open"))
+    with pytest.raises(EgressRefused):
+        session.sandboxes().create(egress="open")
+    assert "create" not in [name for name, _ in engine.calls]
+
+
+def test_the_operator_config_section(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[egress]\nmodes = ["none", "packages", "open"]\n'
+        'allow_hosts = ["Registry.Example.", "pkgs.example"]\nprivate_addresses = true\n'
+    )
+    settings = load_settings({"PYBOX_CONFIG": str(config)}).egress
+    assert settings.modes == ("none", "packages", "open")
+    assert settings.allow_hosts == ("registry.example", "pkgs.example")
+    assert settings.private_addresses is True
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"allow_hosts": ["10.0.0.1"]}, "an address"),
+        ({"allow_hosts": ["[::1]"]}, "an address"),
+        ({"allow_hosts": ["*.example"]}, "a-z, 0-9"),
+        ({"allow_hosts": ["r\u00e9gistry.example"]}, "not ASCII"),
+        ({"allow_hosts": ["a..b"]}, "label"),
+        ({"allow_hosts": ["0x7f.1"]}, "number"),
+        ({"allow_hosts": "registry.example"}, "list of strings"),
+        ({"modes": ["all"]}, "known: none, packages, open"),
+        ({"private_addresses": "yes"}, "true or false"),
+        ({"proxy": "x"}, "unknown egress setting proxy"),
+    ],
+)
+def test_bad_operator_settings_are_refused(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        EgressSettings().with_settings(values, "config.toml")
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("registry.example", True),
+        ("xn--bcher-kva.example", True),
+        ("localhost", True),  # a name: the proxy then refuses its loopback address
+        ("127.0.0.1", False),
+        ("2130706433", False),
+        ("-bad.example", False),
+        ("a" * 64 + ".example", False),
+    ],
+)
+def test_host_problem(name: str, ok: bool) -> None:
+    assert (host_problem(name) is None) == ok
+
+
+# -- the machine's pip and npm configuration ----------------------------------------------
+
+
+def test_registries_come_from_the_real_files(tmp_path: Path) -> None:
+    system, home = tmp_path / "sys", tmp_path / "home"
+    (system / "etc").mkdir(parents=True)
+    (home / ".config" / "pip").mkdir(parents=True)
+    (system / "etc" / "pip.conf").write_text(
+        "[global]\nindex-url = https://Index.Example/simple\ncert = /etc/ca.pem\n"
+    )
+    (home / ".config" / "pip" / "pip.conf").write_text(
+        "[install]\nextra-index-url =\n    https://extra.example/simple\n"
+        "    http://plain.example/simple\n    https://odd.example:8443/simple\n"
+        "    file:///opt/wheels\n"
+    )
+    (home / ".npmrc").write_text(
+        "registry=https://npm.example/\n@corp:registry=https://corp.example/npm/\n"
+        "; registry=https://commented.example/\nfund=false\n"
+    )
+    found = machine_registries(
+        {"HOME": str(home), "PIP_EXTRA_INDEX_URL": "https://env.example/simple"},
+        home,
+        system,
+    )
+    assert found.hosts == (
+        "index.example",
+        "extra.example",
+        "env.example",
+        "npm.example",
+        "corp.example",
+    )
+    assert [line.split(" ")[0] for line in found.skipped] == [
+        "http://plain.example/simple",
+        "https://odd.example:8443/simple",
+        "file:///opt/wheels",
+    ]
+    assert found.ca_bundle == "/etc/ca.pem"
+    assert found.upstream is None
+
+
+def test_an_upstream_proxy_is_read_and_an_authenticated_one_is_not_chained(
+    tmp_path: Path,
+) -> None:
+    plain = machine_registries({"HTTPS_PROXY": "http://proxy.internal:3128"}, tmp_path, tmp_path)
+    assert plain.upstream == ("proxy.internal", 3128)
+    secret = machine_registries({"HTTPS_PROXY": "http://u:p@proxy:3128"}, tmp_path, tmp_path)
+    assert secret.upstream is None
+
+
+def test_url_host() -> None:
+    assert url_host("https://registry.example/simple/") == ("registry.example", "")
+    assert url_host("https://10.0.0.1/simple")[0] is None
+    assert url_host("https://registry.example:443/x")[0] == "registry.example"
+
+
+# -- posture -------------------------------------------------------------------------------
+
+PLAN = EgressPlan("packages", "pybox-egress-abc", "172.30.0.2", ("registry.example",), True)
+
+
+def test_none_keeps_todays_rows() -> None:
+    names = [r.name for r in network_requirements(EgressPlan())]
+    assert names == [
+        "Config.NetworkDisabled",
+        "HostConfig.NetworkMode",
+        "HostConfig.ExtraHosts",
+        "HostConfig.Dns",
+        "HostsPath",
+        "ResolvConfPath",
+    ]
+
+
+def test_packages_box_must_be_on_exactly_its_own_network() -> None:
+    table = network_requirements(PLAN)
+    good = {
+        "Config": {},
+        "HostConfig": {"NetworkMode": "pybox-egress-abc"},
+        "NetworkSettings": {"Networks": {"pybox-egress-abc": {}}},
+    }
+    assert check_requirements(table, good).ok
+    bridged = json.loads(json.dumps(good))
+    bridged["NetworkSettings"]["Networks"]["bridge"] = {}
+    assert not check_requirements(table, bridged).ok
+    other = json.loads(json.dumps(good))
+    other["HostConfig"]["NetworkMode"] = "bridge"
+    assert not check_requirements(table, other).ok
+
+
+def test_the_packages_network_is_internal_and_gives_the_host_no_address() -> None:
+    labels = {"io.pybox.egress": "packages"}
+    body = network_body("packages", labels)
+    assert body["Internal"] is True
+    assert body["Options"]["com.docker.network.bridge.inhibit_ipv4"] == "true"
+    read_back = {**body, "Labels": labels}
+    assert network_problems(read_back, "packages", labels) == []
+    weakened = {**read_back, "Internal": False, "Options": {}}
+    assert len(network_problems(weakened, "packages", labels)) == 2
+    assert network_body("open", labels)["Internal"] is False
+
+
+def test_the_box_environment_points_at_the_proxy_and_the_ca_bundle() -> None:
+    env = PLAN.environment("/pybox/input")
+    assert env["HTTPS_PROXY"] == env["npm_config_proxy"] == "http://172.30.0.2:3128"
+    assert env["SSL_CERT_FILE"] == env["PIP_CERT"] == f"/pybox/input/{CA_BUNDLE_NAME}"
+    assert env["NODE_EXTRA_CA_CERTS"] == env["SSL_CERT_FILE"]
+    assert EgressPlan().environment("/pybox/input") == {}
+
+
+# -- the proxy's log -----------------------------------------------------------------------
+
+
+def test_the_log_is_summed_by_host_and_refusals_counted() -> None:
+    lines = [
+        '{"seq": 1, "t": 5.0, "event": "open", "host": "old.example", "port": 443}',
+        '{"seq": 2, "t": 10.0, "event": "open", "host": "b.example", "port": 443}',
+        '{"seq": 3, "t": 10.5, "event": "close", "host": "b.example", "port": 443, '
+        '"up_bytes": 10, "down_bytes": 100}',
+        '{"seq": 4, "t": 11.0, "event": "close", "host": "b.example", "port": 443, '
+        '"up_bytes": 1, "down_bytes": 2}',
+        '{"seq": 5, "t": 11.0, "event": "refused", "host": "evil.example", "port": 443}',
+        "not json",
+    ]
+    events = read_proxy_log(lines, since_epoch=10.0)
+    assert pending_connections(events) == -1
+    seen = summarise("packages", events)
+    assert seen.hosts == (HostReached("b.example", 443, 2, 11, 102),)
+    assert (seen.refused, seen.refused_names) == (1, ("evil.example",))
+
+
+def test_a_receipt_with_hosts_matches_the_schema(engine: FakeEngine, state: StateStore) -> None:
+    engine.script = Script(stdout=b"ok\n")
+    receipt = make_session(engine, state).run(RunRequest(code=b"print(1)")).receipt
+    seen = EgressObserved("packages", (HostReached("registry.example", 443, 1, 5, 6),), 1, ("x",))
+    receipt = replace(
+        receipt,
+        configured=replace(receipt.configured, network="packages"),
+        observed_by_pybox=replace(receipt.observed_by_pybox, egress=seen),
+    )
+    schema = json.loads((DOCS / "receipt.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(receipt.to_dict())
+    assert any("registry.example:443" in line for line in receipt.summary_lines())
+    opened = replace(receipt, configured=replace(receipt.configured, network="open"))
+    assert opened.summary_lines()[0].startswith("pybox: [network open: general egress]")
