@@ -52,6 +52,7 @@ PINNED = {
         "inputs",
         "collect_outputs",
         "libraries",
+        "preload",
     ],
     "configured.engine": ["endpoint", "api_version", "server_version"],
     "configured.confinement": [
@@ -133,6 +134,7 @@ PINNED = {
         "stderr",
         "output_files",
         "output_files_skipped",
+        "preload",
     ],
     "reported_by_program.stdout": ["bytes_total", "bytes_kept", "truncated", "sha256"],
 }

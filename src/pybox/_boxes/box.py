@@ -69,6 +69,7 @@ class Box:
         source: str = "fresh",
         uid: int | None = None,
         sandbox_store: str = "",
+        preload: tuple[str, ...] = (),
     ) -> None:
         self.context = context
         self.image = image
@@ -86,6 +87,7 @@ class Box:
             protocol=protocol,
             uid=uid,
             sandbox_store=sandbox_store,
+            preload=preload,
         )
         self.t0 = time.monotonic()
         self.created_at = iso_now()

@@ -72,6 +72,7 @@ def box_spec(
     protocol: int = wire.ONE_PROGRAM,
     uid: int | None = None,
     sandbox_store: str = "",
+    preload: tuple[str, ...] = (),
 ) -> BoxSpec:
     return BoxSpec(
         run_id=run_id,
@@ -90,6 +91,7 @@ def box_spec(
         sandbox_store=sandbox_store,
         payload_wait_s=payload_wait_s,
         protocol=protocol,
+        preload=preload,
     )
 
 

@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any
 
 from pybox._core.limits import Limits
+from pybox._core.preload import check_modules
 from pybox._core.seccomp import Confinement, security_opt_view
 from pybox._core.wire import ONE_PROGRAM, PROTOCOLS, SANDBOX
 
@@ -176,6 +177,9 @@ class BoxSpec:
     protocol: int = ONE_PROGRAM
     # A sandbox's box: the tag of the store that records it (its label's value).
     sandbox_store: str = ""
+    # A warm box's modules to import before its code arrives (the image's list;
+    # pybox._core.preload). Part of the entrypoint, so read back like the rest.
+    preload: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -186,6 +190,9 @@ class BoxSpec:
             raise ValueError(f"a box's uid must be above 0, not {self.uid}")
         if not 0 < self.payload_wait_s < 7 * 86400:
             raise ValueError(f"a box's payload wait must be positive, not {self.payload_wait_s}")
+        if self.preload and self.protocol == SANDBOX:
+            raise ValueError("a sandbox's box pre-starts no interpreter, so it preloads nothing")
+        check_modules(self.preload, "a box's spec")
 
     @property
     def name(self) -> str:
@@ -217,6 +224,8 @@ class BoxSpec:
             f"{self.payload_wait_s:g}",
             # A sandbox also ends itself at the end of its lifetime.
             *([str(self.expires_at)] if self.protocol == SANDBOX else []),
+            # A warm box of an image that preloads: the modules, comma-separated.
+            *([",".join(self.preload)] if self.preload else []),
         ]
 
     def labels(self) -> dict[str, str]:
