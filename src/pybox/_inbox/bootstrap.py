@@ -82,12 +82,15 @@ MAX_SKIPPED_LISTED = 100
 MAX_SKIPPED_JSON_BYTES = 256 * 1024
 MAX_MESSAGE_CHARS = 2000
 PRELOAD_REQUEST, PRELOAD_RESULT = ROOT + "/.preload", ROOT + "/.preloaded"
+# The interpreter takes its preload request within its start-up; one that has
+# not this long after the code arrived never will.
+PRELOAD_UNTAKEN_S = 2.0
 # Files an import reads from the working folder at import time (matplotlib's rc file).
 PRELOAD_CWD_FILES = ("matplotlibrc",)
 # What the image's hook runs in the pre-started interpreter: {} globals, so it
 # leaves nothing behind but the imported modules. Output during the imports goes
 # to a file (and means a fallback), never to the program's streams.
-PRELOADER = """
+PRELOADER = r"""
 import os, sys
 def _preload(parent, modules, request, result):
     if os.getppid() != parent:
@@ -464,6 +467,10 @@ def await_preload(pid, deadline):
             report["waited_s"] = round(time.monotonic() - waited_from, 4)
             return report
         if os.waitpid(pid, os.WNOHANG)[0] or time.monotonic() > deadline:
+            return None
+        # A request nobody took: the image's hook did not run (an image without it).
+        waited = time.monotonic() - waited_from
+        if waited > PRELOAD_UNTAKEN_S and os.path.exists(PRELOAD_REQUEST):
             return None
         time.sleep(0.0005)
 
