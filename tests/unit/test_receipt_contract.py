@@ -53,6 +53,7 @@ PINNED = {
         "collect_outputs",
         "libraries",
         "isolation",
+        "preload",
     ],
     "configured.isolation": [
         "lane",
@@ -146,6 +147,7 @@ PINNED = {
         "stderr",
         "output_files",
         "output_files_skipped",
+        "preload",
     ],
     "reported_by_program.stdout": ["bytes_total", "bytes_kept", "truncated", "sha256"],
 }

@@ -72,6 +72,7 @@ class Box:
         uid: int | None = None,
         sandbox_store: str = "",
         egress: EgressPlan | None = None,
+        preload: tuple[str, ...] = (),
     ) -> None:
         self.context = context
         self.image = image
@@ -90,6 +91,7 @@ class Box:
             uid=uid,
             sandbox_store=sandbox_store,
             egress=egress,
+            preload=preload,
         )
         self.t0 = time.monotonic()
         self.created_at = iso_now()

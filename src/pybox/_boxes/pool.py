@@ -404,6 +404,8 @@ class WarmPool:
             # It waits its idle time, then ends itself even if this pybox froze.
             payload_wait_s=self.settings.idle_s + PAYLOAD_WAIT_S,
             source="warm_pool",
+            # Its interpreter imports the image's modules while it waits.
+            preload=key.image.preload,
         )
         box.record_attempt(warm_pool=True)
         try:

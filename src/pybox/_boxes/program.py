@@ -89,6 +89,7 @@ class ProgramRun:
         self.exit_info: dict[str, Any] | None = None
         self.files_report: dict[str, Any] | None = None
         self.bootstrap_error: str | None = None
+        self.preload_report: dict[str, Any] | None = None
         # After the exit report only the returned files are at stake: a failure
         # there is listed in `unknown` and never replaces the program's status.
         self.files_lost: str | None = None
@@ -289,6 +290,8 @@ class ProgramRun:
                 self.events.emit(FileReturned(returned.path, returned.size_bytes))
         elif kind == wire.K_STARTED:
             self._mark("program_started")
+            preload = frame.json().get("preload") if frame.data else None
+            self.preload_report = preload if isinstance(preload, dict) else None
         elif kind == wire.K_READY:
             self._bootstrap_ready(frame.json())
         elif kind == wire.K_ERROR and self.exit_info is not None:
@@ -460,4 +463,5 @@ class ProgramRun:
             skipped_more=files.skipped_more if files is not None else 0,
             leftovers_swept=self.leftovers_swept,
             pool_service=box.context.pool_service,
+            preload_report=self.preload_report,
         )

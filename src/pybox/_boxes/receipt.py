@@ -23,6 +23,7 @@ from pybox._core.receipt import (
     FileDigest,
     ImageFacts,
     PostureMismatchFact,
+    PreloadReport,
     ProgramReported,
     PyboxObserved,
     Receipt,
@@ -121,6 +122,7 @@ def build_receipt(record: RunRecord) -> Receipt:
             stderr=record.stderr,
             output_files=record.returned_files,
             output_files_skipped=tuple(skipped),
+            preload=preload_report(record) if _preload_asked(record) else None,
         ),
         unknown=tuple(unknown),
     )
@@ -252,7 +254,48 @@ def _configured(record: RunRecord) -> Configured:
         inputs=tuple(FileDigest(i.name, len(i.data), _sha256(i.data)) for i in request.inputs),
         collect_outputs=record.collect_outputs,
         isolation=isolation_facts(spec.isolation, record.limits),
+        preload=record.spec.preload if _preload_asked(record) else (),
     )
+
+
+def _preload_asked(record: RunRecord) -> bool:
+    """The box's first program ran in the interpreter that was asked to preload."""
+    return bool(record.spec.preload) and record.box_source != "same_box"
+
+
+def preload_report(record: RunRecord) -> PreloadReport:
+    """The bootstrap's word on the preload, kept only in the shapes it may take:
+    modules only those asked for, numbers only numbers, the reason bounded."""
+    raw = record.preload_report or {}
+    asked = record.spec.preload
+    said = raw.get("modules")
+    modules = tuple(m for m in asked if isinstance(said, list) and m in said)
+    fallback = raw.get("fallback")
+    if record.preload_report is None:
+        fallback = "the box sent no preload report"
+    elif not isinstance(fallback, str | None):
+        fallback = "the box's reason was not text"
+    rss, before = _count_or_none(raw.get("rss_bytes")), _count_or_none(raw.get("rss_before_bytes"))
+    return PreloadReport(
+        modules=modules,
+        fallback=None if fallback is None else fallback[:500],
+        seconds=_seconds_or_none(raw.get("seconds")),
+        waited_s=_seconds_or_none(raw.get("waited_s")),
+        rss_bytes=rss,
+        added_rss_bytes=None if rss is None or before is None else max(rss - before, 0),
+        peak_rss_bytes=_count_or_none(raw.get("peak_rss_bytes")),
+    )
+
+
+def _count_or_none(value: object) -> int | None:
+    number = _int_or_none(value)
+    return number if number is not None and 0 <= number < 2**63 else None
+
+
+def _seconds_or_none(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e9:
+        return round(float(value), 4)
+    return None
 
 
 def _sha256(data: bytes) -> str:

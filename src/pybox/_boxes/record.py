@@ -80,6 +80,8 @@ class RunRecord:
     files_lost_quote: BoxQuote | None = None
     sandbox_error_quote: BoxQuote | None = None
     pool_service: bool = False  # run by the CLI pool service for a `pybox exec`
+    # The bootstrap's started report's preload part (untrusted), if it sent one.
+    preload_report: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

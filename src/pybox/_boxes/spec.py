@@ -75,6 +75,7 @@ def box_spec(
     uid: int | None = None,
     sandbox_store: str = "",
     egress: EgressPlan | None = None,
+    preload: tuple[str, ...] = (),
 ) -> BoxSpec:
     return BoxSpec(
         run_id=run_id,
@@ -95,6 +96,7 @@ def box_spec(
         protocol=protocol,
         engine=context.engine.name,
         egress=egress or EgressPlan(),
+        preload=preload,
     )
 
 

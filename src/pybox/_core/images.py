@@ -121,6 +121,23 @@ class ImageRecord:
         return f"pybox image build {self.name}"
 
     @property
+    def preload(self) -> tuple[str, ...]:
+        """Modules a warm box of this image imports before its code arrives
+        (from the recipe, so the recipe hash covers them; pybox._core.preload)."""
+        for key, value in self.recipe.get("extra", []):
+            if key == "preload":
+                return tuple(str(value).split())
+        return ()
+
+    @property
+    def recipe_matches_hash(self) -> bool:
+        """Whether the recorded recipe is the one the recorded hash names (the
+        engine's label is checked against the hash, so this ties the recipe,
+        and the preload list in it, to the image)."""
+        canonical = json.dumps(self.recipe, sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest() == self.recipe_hash
+
+    @property
     def lock_sha256(self) -> str | None:
         """The hash of the lock file the image was built from, if it was."""
         for key, value in self.recipe.get("extra", []):

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from pybox._core.errors import InvalidRequest
+from pybox._core.preload import preload_directive
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _REQUIREMENT_RE = re.compile(
@@ -96,6 +97,9 @@ class Lock:
     source: str
     sha256: str
     requirements: tuple[LockedRequirement, ...]
+    # Modules a warm box of the image imports before its code arrives
+    # (`# pybox: preload numpy pandas` lines; pybox._core.preload).
+    preload: tuple[str, ...] = ()
 
     def requirements_text(self) -> str:
         """What pip installs: one normalized line per requirement."""
@@ -252,6 +256,7 @@ def parse_lock(text: str, source: str) -> Lock:
         source=source,
         sha256="sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest(),
         requirements=_with_wheels(text, source, requirements),
+        preload=preload_directive(text, source),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from pybox._core.egress import EgressPlan
 from pybox._core.limits import Limits
+from pybox._core.preload import check_modules
 from pybox._core.runtime_limits import engine_pids_limit, ulimits
 from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
 from pybox._core.seccomp import Confinement, security_opt_view
@@ -184,6 +185,9 @@ class BoxSpec:
     engine: str = "docker"
     # Its network mode and, unless none, its own network (pybox._core.egress).
     egress: EgressPlan = field(default_factory=EgressPlan)
+    # A warm box's modules to import before its code arrives (the image's list;
+    # pybox._core.preload). Part of the entrypoint, so read back like the rest.
+    preload: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -194,6 +198,9 @@ class BoxSpec:
             raise ValueError(f"a box's uid must be above 0, not {self.uid}")
         if not 0 < self.payload_wait_s < 7 * 86400:
             raise ValueError(f"a box's payload wait must be positive, not {self.payload_wait_s}")
+        if self.preload and self.protocol == SANDBOX:
+            raise ValueError("a sandbox's box pre-starts no interpreter, so it preloads nothing")
+        check_modules(self.preload, "a box's spec")
 
     @property
     def name(self) -> str:
@@ -229,6 +236,8 @@ class BoxSpec:
             f"{self.payload_wait_s:g}",
             # A sandbox also ends itself at the end of its lifetime.
             *([str(self.expires_at)] if self.protocol == SANDBOX else []),
+            # A warm box of an image that preloads: the modules, comma-separated.
+            *([",".join(self.preload)] if self.preload else []),
         ]
 
     def labels(self) -> dict[str, str]:

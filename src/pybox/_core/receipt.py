@@ -128,6 +128,9 @@ class Configured:
     libraries: tuple[LibraryFact, ...] = ()
     # The isolation lane and how each limit was applied in it (runtime_limits.py).
     isolation: IsolationFacts | None = None
+    # A warm box of an image that preloads: the modules its interpreter was asked
+    # to import before the code arrived (the image record's list).
+    preload: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,21 @@ class SkippedFile:
 
 
 @dataclass(frozen=True)
+class PreloadReport:
+    """What the bootstrap says the preload did (untrusted, like all it says)."""
+
+    # Imported before the code arrived, and still in the interpreter that ran it.
+    modules: tuple[str, ...]
+    # Why a fresh interpreter ran the program instead (then `modules` is empty).
+    fallback: str | None
+    seconds: float | None  # the imports
+    waited_s: float | None  # how long the program's start waited for them to end
+    rss_bytes: int | None  # the interpreter's resident memory after the imports
+    added_rss_bytes: int | None  # of which the imports added
+    peak_rss_bytes: int | None  # the interpreter's own peak, then
+
+
+@dataclass(frozen=True)
 class ProgramReported:
     exit_code: int | None
     backstop_fired: bool | None
@@ -260,6 +278,8 @@ class ProgramReported:
     stderr: StreamReport
     output_files: tuple[ReturnedFileDigest, ...]
     output_files_skipped: tuple[SkippedFile, ...]
+    # Set when the box was asked to preload (`configured.preload`).
+    preload: PreloadReport | None = None
 
 
 @dataclass(frozen=True)
@@ -396,6 +416,12 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
             "gVisor's Sentry, not the host kernel; the seccomp profile is "
             f"{'loaded inside' if loaded else 'not loaded inside'}"
         )
+    preload = program.preload
+    preload_cost = ""
+    if preload is not None and preload.modules and preload.added_rss_bytes is not None:
+        preload_cost = (
+            f" (of which the preload, box-reported: {format_bytes(preload.added_rss_bytes)})"
+        )
     if kernel.samples:
         cpu = "unknown" if kernel.cpu_usage_s is None else f"{kernel.cpu_usage_s:.2f} s"
         whose = (
@@ -404,7 +430,7 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
             else ""
         )
         lines.append(
-            f"  kernel{whose}: memory peak {format_bytes(kernel.memory_peak_bytes)}; "
+            f"  kernel{whose}: memory peak {format_bytes(kernel.memory_peak_bytes)}{preload_cost}; "
             "processes peak "
             f"{kernel.pids_peak if kernel.pids_peak is not None else 'unknown'}; CPU {cpu}; "
             f"throttled {_count(kernel.cpu_throttled_periods, 'period')}; OOM kills "
@@ -423,6 +449,12 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
         f"{format_bytes(program.stderr.bytes_total)}"
         f"{' (truncated)' if program.stderr.truncated else ''}{files}"
     )
+    if preload is not None:
+        lines.append(
+            f"  preload: {', '.join(preload.modules)} imported before the code arrived"
+            if preload.modules
+            else f"  preload: none; a fresh interpreter ran it ({preload.fallback})"
+        )
     if program.output_files_skipped:
         unlisted = any(u.fact == OTHER_SKIPPED_FACT for u in receipt.unknown)
         if notes is None:

@@ -29,6 +29,16 @@
 # find its place; it ends itself when no program comes within its idle time or
 # at its lifetime's end. A controller that vanishes mid-program costs that
 # program (ended, everything it started killed), never the box.
+# Preload (protocols 1 and 2, a warm box of an image that declares modules):
+# the pre-started interpreter imports the image's modules before the code
+# arrives. The image carries a one-line `.pth` hook (written at build time)
+# that, in an interpreter whose parent is this bootstrap, runs the request
+# this file writes at PRELOAD_REQUEST (PRELOADER below) during `site`, before
+# the interpreter opens its script: argv, sys.path, __file__ and __main__ are
+# those of a plain `python3 NAME.py`. The result comes back in PRELOAD_RESULT;
+# a preload that failed, printed anything or could change what the program
+# imports (an input that shadows a preloaded module, arguments, environment
+# variables or stdin, which need a restart) falls back to a fresh interpreter.
 # Only C modules: `signal`, `stat` and `ctypes` pull in enum and friends, which
 # costs several milliseconds of start-up on every run.
 import _signal as signal
@@ -71,6 +81,71 @@ MAX_PATH_BYTES = 1024
 MAX_SKIPPED_LISTED = 100
 MAX_SKIPPED_JSON_BYTES = 256 * 1024
 MAX_MESSAGE_CHARS = 2000
+PRELOAD_REQUEST, PRELOAD_RESULT = ROOT + "/.preload", ROOT + "/.preloaded"
+# The interpreter takes its preload request within its start-up; one that has
+# not this long after the code arrived never will.
+PRELOAD_UNTAKEN_S = 2.0
+# Files an import reads from the working folder at import time (matplotlib's rc file).
+PRELOAD_CWD_FILES = ("matplotlibrc",)
+# What the image's hook runs in the pre-started interpreter: {} globals, so it
+# leaves nothing behind but the imported modules. Output during the imports goes
+# to a file (and means a fallback), never to the program's streams.
+PRELOADER = r"""
+import os, sys
+def _preload(parent, modules, request, result):
+    if os.getppid() != parent:
+        return
+    os.unlink(request)
+    def status():
+        found = {}
+        with open("/proc/self/status", "rb") as handle:
+            for line in handle:
+                key, _, value = line.partition(b":")
+                if key in (b"VmRSS", b"VmHWM"):
+                    found[key.decode()] = int(value.split()[0]) * 1024
+        return found
+    before, started = status(), os.times().elapsed
+    out = os.open(result + ".out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    saved = os.dup(1), os.dup(2)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    done, failed = [], ""
+    try:
+        for name in modules:
+            try:
+                __import__(name)
+            except BaseException as exc:
+                failed = ("%s: %s: %s" % (name, type(exc).__name__, exc))[:500]
+                break
+            done.append(name)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+    printed = os.fstat(out).st_size
+    os.close(out)
+    os.unlink(result + ".out")
+    after = status()
+    lines = [
+        "modules\t" + ",".join(done),
+        "failed\t" + failed.replace("\t", " ").replace("\n", " "),
+        "printed_bytes\t%d" % printed,
+        "seconds\t%.4f" % (os.times().elapsed - started),
+        "rss_before_bytes\t%d" % before.get("VmRSS", 0),
+        "rss_bytes\t%d" % after.get("VmRSS", 0),
+        "peak_rss_bytes\t%d" % after.get("VmHWM", 0),
+    ]
+    with open(result + ".tmp", "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    os.rename(result + ".tmp", result)
+_preload(@ARGUMENTS@)
+"""
 
 
 class ControllerGone(Exception):
@@ -301,9 +376,26 @@ def ignore_signals():
     return tuple(ignored)
 
 
-def spawn(python, argv, env, stdin_fd, defaults):
+def spawn(python, argv, env, stdin_fd, defaults, preload=()):
     """Start the program's interpreter in its own session, with default signal
-    handling (the bootstrap's ignored signals are not inherited)."""
+    handling (the bootstrap's ignored signals are not inherited). With `preload`,
+    the image's hook imports those modules in it first; without, no request is
+    left for any interpreter to find."""
+    for path in (PRELOAD_REQUEST, PRELOAD_RESULT):
+        remove_if_there(path)
+    if preload:
+        arguments = "%d, %r, %r, %r" % (
+            os.getpid(),
+            tuple(preload),
+            PRELOAD_REQUEST,
+            PRELOAD_RESULT,
+        )
+        source = PRELOADER.replace("@ARGUMENTS@", arguments)
+        fd = os.open(PRELOAD_REQUEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            write_all(fd, source.encode("utf-8"))
+        finally:
+            os.close(fd)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     stdin = (
@@ -329,7 +421,7 @@ def spawn(python, argv, env, stdin_fd, defaults):
     return pid, out_r, err_r
 
 
-def prestart(python, code_name, defaults):
+def prestart(python, code_name, defaults, preload=()):
     """Start `python <code_name>` before the code arrives.
 
     The program's file is a FIFO at first: the interpreter initialises (site and
@@ -341,7 +433,64 @@ def prestart(python, code_name, defaults):
         os.makedirs(folder, exist_ok=True)
     os.mkfifo(os.path.join(WORK, code_name), 0o600)
     os.chdir(WORK)
-    return spawn(python, [python, code_name], dict(os.environ), None, defaults)
+    return spawn(python, [python, code_name], dict(os.environ), None, defaults, preload)
+
+
+def read_preload_result():
+    """The preload's report (None until it is written)."""
+    try:
+        with open(PRELOAD_RESULT, "rb") as handle:
+            text = handle.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    os.unlink(PRELOAD_RESULT)
+    found = {}
+    for line in text.split("\n"):
+        key, _, value = line.partition("\t")
+        if key:
+            found[key] = value
+    report = {"modules": [m for m in found.get("modules", "").split(",") if m]}
+    report["failed"] = found.get("failed") or None
+    for key in ("printed_bytes", "rss_before_bytes", "rss_bytes", "peak_rss_bytes"):
+        report[key] = int(found.get(key) or 0)
+    report["seconds"] = float(found.get("seconds") or 0)
+    return report
+
+
+def await_preload(pid, deadline):
+    """Wait for the pre-started interpreter's preload to finish: its report, or
+    None if the interpreter ended (or the deadline came) first."""
+    waited_from = time.monotonic()
+    while True:
+        report = read_preload_result()
+        if report is not None:
+            report["waited_s"] = round(time.monotonic() - waited_from, 4)
+            return report
+        if os.waitpid(pid, os.WNOHANG)[0] or time.monotonic() > deadline:
+            return None
+        # A request nobody took: the image's hook did not run (an image without it).
+        waited = time.monotonic() - waited_from
+        if waited > PRELOAD_UNTAKEN_S and os.path.exists(PRELOAD_REQUEST):
+            return None
+        time.sleep(0.0005)
+
+
+def preload_fallback(preload, header, report):
+    """Why the preloaded interpreter cannot run this program as a fresh one
+    would, or None."""
+    if report is None:
+        return "the preloading interpreter ended before it finished"
+    if report["failed"]:
+        return "a preload failed: " + report["failed"]
+    if report["printed_bytes"]:
+        return "the preload printed %d bytes" % report["printed_bytes"]
+    if header["args"] or header["env"] or header["stdin_size"]:
+        return "the run has arguments, environment variables or stdin"
+    tops = {name.split(".")[0] for name in preload}
+    for name in [header["code_name"], *(item["name"] for item in header["inputs"])]:
+        if name.split(".")[0] in tops or name in PRELOAD_CWD_FILES:
+            return "the file %s could change what the preloaded imports found" % name
+    return None
 
 
 def restart(started, python, code_name, header, defaults):
@@ -712,23 +861,32 @@ def box_exit_code(exit_code, backstop):
     return exit_code if exit_code >= 0 else 128 - exit_code
 
 
-def run_program(link, python, header, started, defaults, protocol, first):
+def run_program(link, python, header, started, defaults, protocol, first, preload=()):
     """One program: inputs in, code handed over, output relayed, exit reported,
     files sent. Returns its wait status's exit code and whether the backstop fired."""
     code_name = header["code_name"]
     deadline = time.monotonic() + float(header["backstop_s"])
     code = link.read_exact(header["code_size"])
     unpack_inputs(link, header, replace=not first)
+    started_report = {}
+    if first and preload:
+        report = await_preload(started[0], deadline)
+        fallback = preload_fallback(preload, header, report)
+        if fallback is not None:
+            started = restart(started, python, code_name, header, defaults)
+            report = dict(report or {}, modules=[])
+        report["fallback"] = fallback
+        started_report["preload"] = report
     if not first:
         # A fresh interpreter for each later program, with a regular script file.
         place_code(code_name, code)
         started = restart(None, python, code_name, header, defaults)
-    elif header["args"] or header["env"] or header["stdin_size"]:
+    elif (header["args"] or header["env"] or header["stdin_size"]) and not preload:
         started = restart(started, python, code_name, header, defaults)
     pid, out_r, err_r = started
     link.program_deadline = deadline
     status = hand_over_code(code_name, code, pid, deadline) if first else None
-    link.send_json(K_STARTED, {})
+    link.send_json(K_STARTED, started_report)
     status, backstop, stopped = pump(link, pid, out_r, err_r, deadline, status, protocol)
     link.program_deadline = None
     exit_code = None if status is None else os.waitstatus_to_exitcode(status)
@@ -889,14 +1047,18 @@ def main(link):
         return sandbox_main(link, python, payload_wait_s, float(sys.argv[5]), defaults, ready)
     # The program's interpreter starts first, so its start-up overlaps the wait for
     # the payload; it runs nothing of the program's until the code is handed over.
-    started = prestart(python, code_name, defaults)
+    # A warm box's modules to preload (protocols 1 and 2): the entrypoint's last argument.
+    preload = tuple(m for m in sys.argv[5].split(",") if m) if len(sys.argv) > 5 else ()
+    started = prestart(python, code_name, defaults, preload)
     protected = make_nondumpable()
     ready = {"version": protocol, "pid": os.getpid(), "uid": os.getuid(), "nondumpable": protected}
     link.send_json(K_READY, ready)
     header = read_header(link, python, protocol, payload_wait_s)
     if header["code_name"] != code_name:
         raise ValueError("the payload is for %r, this box runs %r" % (header["argv"], code_name))
-    exit_code, backstop = run_program(link, python, header, started, defaults, protocol, True)
+    exit_code, backstop = run_program(
+        link, python, header, started, defaults, protocol, True, preload
+    )
     while protocol == MANY_PROGRAMS:
         # Nothing of the last program is left (pump cleared the box); say so, and wait.
         for folder in (WORK, INPUT, OUTPUT):

@@ -43,6 +43,7 @@ from pybox._core.images import (
 )
 from pybox._core.locks import normalize_name, wheel_pythons, wheels_missing
 from pybox._core.posture import BOX_USER, WORK_DIR
+from pybox._core.preload import HOOK_FILE, hook_line
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine, JSONObject
 from pybox._features.images.build_box import (
@@ -88,6 +89,17 @@ _VENV_SCRIPT = (
     " 'version': platform.python_version(), 'tag': 'cp%d%d' % sys.version_info[:2],"
     " 'machine': platform.machine()}))\n"
 )
+
+
+def _venv_script(preload: tuple[str, ...]) -> str:
+    """The venv step; for an image that preloads, it also writes the hook
+    (pybox._core.preload.hook_line) into the venv's site-packages."""
+    if not preload:
+        return _VENV_SCRIPT
+    return _VENV_SCRIPT + (
+        f"site = {VENV_DIR!r} + '/lib/python%d.%d/site-packages' % sys.version_info[:2]\n"
+        f"with open(site + '/' + {HOOK_FILE!r}, 'x') as hook: hook.write({hook_line()!r})\n"
+    )
 
 
 @dataclass(frozen=True)
@@ -168,7 +180,9 @@ def build_lock_image(
         engine.start_container(container_id)
         venv_outcome = box.step(
             f"create a virtual environment at {VENV_DIR}",
-            lambda: box.run([BASE_PYTHON, "-I", "-c", _VENV_SCRIPT], STEP_TIMEOUT_S),
+            lambda: box.run(
+                [BASE_PYTHON, "-I", "-c", _venv_script(plan.lock.preload)], STEP_TIMEOUT_S
+            ),
         )
         _checked(venv_outcome, "creating the virtual environment")
         python = box_python(venv_outcome[1])

@@ -132,6 +132,8 @@ def plan_lock_image(
             ("install_options", " ".join(INSTALL_OPTIONS)),
             ("venv", VENV_DIR),
             ("env", json.dumps(IMAGE_ENV)),
+            # Only for an image that declares modules: other recipes keep their hash.
+            *((("preload", " ".join(lock.preload)),) if lock.preload else ()),
         ),
     )
     recorded = state.image(name)

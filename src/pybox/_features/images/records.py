@@ -243,6 +243,12 @@ def image_problem(engine: Engine, record: ImageRecord) -> tuple[bool, str | None
             f"record says {record.name!r} with recipe {record.recipe_hash!r}; rebuild it with "
             f"`{record.rebuild_command}`"
         )
+    if record.preload and not record.recipe_matches_hash:
+        return True, (
+            f"the record's recipe (which names the modules to preload, {' '.join(record.preload)}) "
+            f"is not the one its hash {record.recipe_hash[:19]} names; rebuild it with "
+            f"`{record.rebuild_command}`"
+        )
     return True, None
 
 
