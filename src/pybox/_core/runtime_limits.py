@@ -33,7 +33,7 @@ from pybox._core.runtimes import GVISOR, RuntimeChoice
 # The engine's processes cap under gVisor: the sandbox's own host threads, then
 # room for every process the program may have inside.
 GVISOR_HOST_THREADS_BASE = 64
-GVISOR_HOST_THREADS_PER_PROCESS = 6
+GVISOR_HOST_THREADS_PER_PROCESS = 10
 # Measured host memory of gVisor itself, for the receipt's words only.
 GVISOR_IDLE_MEMORY_MIB = 17
 GVISOR_MEMORY_PER_PROCESS_MIB = 3.5

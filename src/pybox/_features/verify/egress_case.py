@@ -2,13 +2,15 @@
 egress proxy (names off the list, an IP literal, another port, a plain request)
 and around it (a listener on this machine's bridge, its own gateway, a lookup).
 
-It runs only when the operator's policy allows `packages` and names registries;
+It runs when the operator's policy allows `packages` (with no registry named, its
+allowlist is one name that can never resolve, which it never asks for);
 otherwise it says so and passes (nothing was opened). It never asks the proxy for
 an allowed name, so it reaches no registry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from typing import TYPE_CHECKING
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from pybox._features.verify.harness import Suite
 
 REFUSED = ("HTTP/1.1 403 Forbidden", "HTTP/1.1 400 Bad Request")
+PROBE = "pybox-verify-allowed.invalid"  # not the name the case asks for
 
 
 def run_egress_packages(suite: Suite, verdict: Verdict) -> None:
@@ -41,8 +44,22 @@ def run_egress_packages(suite: Suite, verdict: Verdict) -> None:
         verdict.saw("pybox", f"packages mode is not enabled by the operator's policy: {exc}")
         return
     if not egress.hosts():
-        verdict.saw("pybox", "packages mode names no registry here ([egress] allow_hosts)")
+        # No registry is configured here: the case still proves the denials, with an
+        # allowlist of one name that can never resolve (RFC 2606's .invalid), which
+        # the case never asks for. The operator's own settings are put back after.
+        verdict.saw("pybox", f"packages mode names no registry here; the case allows {PROBE}")
+        settings = session.egress_settings
+        session.egress_settings = dataclasses.replace(settings, allow_hosts=(PROBE,))
+        try:
+            _run_case(suite, verdict)
+        finally:
+            session.egress_settings = settings
         return
+    _run_case(suite, verdict)
+
+
+def _run_case(suite: Suite, verdict: Verdict) -> None:
+    session = suite.session
     gateway = bridge_gateway()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
         target = {}
