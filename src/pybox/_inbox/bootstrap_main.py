@@ -1,0 +1,265 @@
+# The in-box bootstrap, part 4 of 4: one program's end, the protocols' loops
+# (one program, many, a sandbox) and PID 1's main. Joined with the other parts
+# into one program (`bootstrap_source`); this part comes last.
+
+
+def finish(link, header, backstop, protocol=ONE_PROGRAM):
+    """Everything after the exit report. Its failure never changes the program's
+    exit status: it is reported (pybox lists what was lost) and the box ends
+    (protocol 1) or goes on (protocol 2) with the program's own status."""
+    try:
+        if header["collect_outputs"] and not backstop:
+            send_outputs(link, header["max_files"], header["max_file_bytes"])
+    except ControllerGone:
+        raise
+    except BaseException as exc:
+        message = ("%s: %s" % (type(exc).__name__, exc))[:MAX_MESSAGE_CHARS]
+        link.send_json(K_ERROR, {"message": message})
+    if protocol == ONE_PROGRAM:
+        # Stay alive until pybox has taken its last kernel sample, or for a short while.
+        ready, _, _ = select.select([link.fd_in], [], [], ACK_WAIT_S)
+        if ready:
+            os.read(link.fd_in, 1)
+        return
+    # The next payload follows the ACK: take it exactly (a STOP that crossed the
+    # exit report on its way comes before it and means nothing now).
+    while link.read_exact(1) != ACK:
+        pass
+
+
+def box_exit_code(exit_code, backstop):
+    if backstop:
+        return BACKSTOP_EXIT
+    if exit_code is None:
+        return 125
+    return exit_code if exit_code >= 0 else 128 - exit_code
+
+
+def run_program(link, python, header, started, defaults, protocol, first, preload=()):
+    """One program: inputs in, code handed over, output relayed, exit reported,
+    files sent. Returns its wait status's exit code and whether the backstop fired."""
+    code_name = header["code_name"]
+    deadline = time.monotonic() + float(header["backstop_s"])
+    code = link.read_exact(header["code_size"])
+    unpack_inputs(link, header, replace=not first)
+    started_report = {}
+    if first and preload:
+        report = await_preload(started[0], deadline)
+        fallback = preload_fallback(preload, header, report)
+        if fallback is not None:
+            started = restart(started, python, code_name, header, defaults)
+            report = dict(report or {}, modules=[])
+        report["fallback"] = fallback
+        started_report["preload"] = report
+    if not first:
+        # A fresh interpreter for each later program, with a regular script file.
+        place_code(code_name, code)
+        started = restart(None, python, code_name, header, defaults)
+    elif (header["args"] or header["env"] or header["stdin_size"]) and not preload:
+        started = restart(started, python, code_name, header, defaults)
+    pid, out_r, err_r = started
+    link.program_deadline = deadline
+    status = hand_over_code(code_name, code, pid, deadline) if first else None
+    link.send_json(K_STARTED, started_report)
+    status, backstop, stopped = pump(link, pid, out_r, err_r, deadline, status, protocol)
+    link.program_deadline = None
+    exit_code = None if status is None else os.waitstatus_to_exitcode(status)
+    # The exit report comes first: the program's deadline no longer applies to the files.
+    report = {"exit_code": exit_code, "backstop": backstop}
+    if protocol != ONE_PROGRAM:
+        report["stopped"] = stopped
+    link.send_json(K_EXIT, report)
+    finish(link, header, backstop or stopped, protocol)
+    return exit_code, backstop
+
+
+def wait_for_magic(link, ready, give_up_at):
+    """Protocol 3: skip stray bytes (STOP, ACK, pieces of pings), answer pings, until a payload's
+    magic (True), the end of stdin or the end of the wait (False). A repeated
+    nonce is answered once, so a pybox that pinged twice finds one answer."""
+    answered = None
+    while True:
+        left = give_up_at - time.monotonic()
+        if left <= 0 or not select.select([link.fd_in], [], [], left)[0]:
+            return False
+        first = os.read(link.fd_in, 1)
+        if not first:
+            return False
+        if first != PING and first != MAGIC[:1]:
+            # STOP and ACK, or the rest of a ping a program's pump swallowed in part
+            # (a nonce is lowercase hex: never the magic's first byte).
+            continue
+        if first == PING:
+            nonce = link.read_exact(PING_NONCE_CHARS).decode("ascii", "replace")
+            if nonce.strip("0123456789abcdef"):
+                raise ValueError("a ping's nonce is not lowercase hex")
+            if nonce != answered:
+                answered = nonce
+                link.send_json(K_READY, dict(ready, ping=nonce))
+            continue
+        if first + link.read_exact(3) != MAGIC:
+            raise ValueError("the payload does not start with the pybox magic")
+        return True
+
+
+def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None):
+    """The next payload's header (None: pybox closed the box between programs,
+    or, protocol 3, no program came in time)."""
+    if protocol == SANDBOX:
+        if not wait_for_magic(link, ready, time.monotonic() + first_wait_s):
+            return None
+        magic = MAGIC
+    else:
+        magic = link.read_exact(4, first_wait_s=first_wait_s, end_ok=end_ok)
+    if not magic:
+        return None
+    if magic != MAGIC:
+        raise ValueError("the payload does not start with the pybox magic")
+    header = parse_header(link.read_exact(int.from_bytes(link.read_exact(4), "big")))
+    if header.get("version") != protocol:
+        raise ValueError(
+            "the payload is for protocol %r; this box speaks %d" % (header.get("version"), protocol)
+        )
+    check_name(header["code_name"])
+    if header["argv"] != [python, header["code_name"]]:
+        raise ValueError("the payload runs %r, not this box's Python" % (header["argv"],))
+    return header
+
+
+def clear_outside_workspace():
+    """Protocol 3, between programs: only the workspace persists. Everything else
+    a program could write (the box's other folders, /tmp, /dev/shm) is emptied, so
+    the next program cannot read what an earlier one put outside the workspace.
+    Links are removed, never followed. Never as root: a box's bootstrap never is
+    (its uid is the box's own), so root means this is not a box."""
+    if os.getuid() == 0:
+        return
+    for folder in (INPUT, OUTPUT, *TEMP_DIRS):
+        empty_folder(folder)
+    for name in os.listdir(ROOT):
+        path = os.path.join(ROOT, name)
+        if path not in (WORK, INPUT, OUTPUT):
+            remove_tree(path)
+
+
+def empty_folder(folder):
+    if folder.startswith(ROOT):
+        try:
+            os.chmod(folder, 0o755)  # a program may have made it read-only
+        except OSError:
+            pass
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        remove_tree(os.path.join(folder, name))
+
+
+def remove_tree(path):
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        try:
+            os.chmod(path, 0o700)
+        except OSError:
+            pass
+        empty_folder(path)
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
+    """Protocol 3: programs until none comes within `idle_s`, or the lifetime
+    (`ends_at`, seconds since the epoch) is over; then the box ends itself."""
+    while True:
+        os.makedirs(WORK, exist_ok=True)
+        clear_outside_workspace()
+        for folder in (INPUT, OUTPUT):
+            os.makedirs(folder, exist_ok=True)
+        os.chdir(WORK)
+        link.send_json(K_READY, ready)
+        wait_s = min(idle_s, ends_at - time.time())
+        if wait_s <= 0:
+            return 0
+        header = read_header(link, python, SANDBOX, wait_s, ready=ready)
+        if header is None:
+            return 0
+        try:
+            run_program(link, python, header, None, defaults, SANDBOX, False)
+        except ControllerGone:
+            # Nobody reads this program's results: end it and everything it
+            # started. The box and its files stay for the next pybox.
+            link.program_deadline = None
+            if not clear_box(0, CLEAR_WAIT_S):
+                raise RuntimeError("processes of the program outlived it; the box ends") from None
+
+
+def main(link):
+    python, code_name = sys.argv[1], sys.argv[2]
+    protocol, payload_wait_s = int(sys.argv[3]), float(sys.argv[4])
+    if protocol not in (ONE_PROGRAM, MANY_PROGRAMS, SANDBOX):
+        raise ValueError("this bootstrap speaks protocols 1, 2 and 3, not %r" % protocol)
+    defaults = (*ignore_signals(), signal.SIGCHLD)
+    if protocol == SANDBOX:
+        protected = make_nondumpable()
+        ready = {
+            "version": protocol,
+            "pid": os.getpid(),
+            "uid": os.getuid(),
+            "nondumpable": protected,
+        }
+        return sandbox_main(link, python, payload_wait_s, float(sys.argv[5]), defaults, ready)
+    # The program's interpreter starts first, so its start-up overlaps the wait for
+    # the payload; it runs nothing of the program's until the code is handed over.
+    # A warm box's modules to preload (protocols 1 and 2): the entrypoint's last argument.
+    preload = tuple(m for m in sys.argv[5].split(",") if m) if len(sys.argv) > 5 else ()
+    started = prestart(python, code_name, defaults, preload)
+    protected = make_nondumpable()
+    ready = {"version": protocol, "pid": os.getpid(), "uid": os.getuid(), "nondumpable": protected}
+    link.send_json(K_READY, ready)
+    header = read_header(link, python, protocol, payload_wait_s)
+    if header["code_name"] != code_name:
+        raise ValueError("the payload is for %r, this box runs %r" % (header["argv"], code_name))
+    exit_code, backstop = run_program(
+        link, python, header, started, defaults, protocol, True, preload
+    )
+    while protocol == MANY_PROGRAMS:
+        # Nothing of the last program is left (pump cleared the box); say so, and wait.
+        for folder in (WORK, INPUT, OUTPUT):
+            os.makedirs(folder, exist_ok=True)
+        os.chdir(WORK)
+        link.send_json(K_READY, ready)
+        header = read_header(link, python, protocol, payload_wait_s, end_ok=True)
+        if header is None:
+            break
+        exit_code, backstop = run_program(link, python, header, None, defaults, protocol, False)
+    return box_exit_code(exit_code, backstop)
+
+
+if __name__ == "__main__":
+    link = Link(0, 1)
+    try:
+        code = main(link)
+    except ControllerGone:
+        # Nobody is left to report to: end everything now rather than at the deadline.
+        kill_everything(0)
+        code = BACKSTOP_EXIT
+    except BaseException as exc:  # report, never hang: the host reads this as a sandbox error
+        try:
+            message = ("%s: %s" % (type(exc).__name__, exc))[:MAX_MESSAGE_CHARS]
+            link.send_json(K_ERROR, {"message": message})
+        except ControllerGone:
+            pass
+        code = 125
+    # Everything was written with os.write; skip interpreter teardown, the box is done.
+    os._exit(code)
