@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from pybox._frontends.mcp import ServerOptions, build_dispatcher
-from pybox._frontends.mcp._dispatcher import Connection, Dispatcher
+from pybox._frontends.mcp._connection import Connection
+from pybox._frontends.mcp._dispatcher import Dispatcher
 from pybox._frontends.mcp._protocol import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION
 from pybox._frontends.mcp._toolbox import Tool
 from pybox._frontends.mcp._tools import TOOLS

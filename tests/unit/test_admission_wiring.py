@@ -103,14 +103,17 @@ def test_a_run_beyond_the_queue_is_busy_and_creates_nothing(
 ) -> None:
     engine.script = Script(hang=True)
     session = capped(engine, state, running=1, waiting=0)
-    first = threading.Thread(target=session.run, args=(hanging(1.0),))
+    # The first run hangs long enough that it is still inside its box, with its attempt
+    # recorded, while the second is refused, however loaded the machine is.
+    first = threading.Thread(target=session.run, args=(hanging(3.0),))
     first.start()
-    wait_for(lambda: session.admission.get().running() == 1)
+    wait_for(lambda: session.admission.get().running() == 1 and state.attempts() != {})
     creates = [name for name, _ in engine.calls].count("create")
+    attempts_before = state.attempts()
     with pytest.raises(Busy, match=r"boxes running: 1 of at most 1 .*Retry after"):
         session.run(hanging())
     assert [name for name, _ in engine.calls].count("create") == creates
-    assert state.attempts() != {}  # only the first run's
+    assert state.attempts() == attempts_before  # only the first run's
     first.join(10)
     assert engine.containers == {}
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from pybox._adapters.state import StateStore
-from pybox._frontends.mcp._dispatcher import log
+from pybox._frontends.mcp._connection import log
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.mcp_harness import Peer

@@ -29,7 +29,8 @@ from pybox._frontends.mcp._client_config import (
     carried_environment,
     client_config,
 )
-from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
+from pybox._frontends.mcp._connection import Connection, log
+from pybox._frontends.mcp._dispatcher import Dispatcher
 from pybox._frontends.mcp._http import (
     HttpServer,
     add_http_arguments,

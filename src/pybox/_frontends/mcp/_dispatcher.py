@@ -7,16 +7,12 @@ cancelled (no response is sent for a cancelled request). Every request gets a
 response or a JSON-RPC error; notifications never get either. Nothing a client
 sends raises out of the dispatcher.
 
-The era is decided per request: a request whose `params._meta` names
-`io.modelcontextprotocol/protocolVersion` is served statelessly at that
-version (2026-07-28); any other request belongs to the handshake era and needs
-`initialize` first on its connection.
+The era is decided per request (`_eras`); what a client shares across its
+messages is its `Connection` (`_connection`).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 import sys
 import threading
@@ -24,27 +20,24 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pybox._core.display import escape_lines
 from pybox._core.errors import PyboxError
 from pybox._frontends.mcp import _experimentresources as experiment_resources
+from pybox._frontends.mcp._connection import Connection, log
+from pybox._frontends.mcp._eras import version_for
 from pybox._frontends.mcp._protocol import (
     ALL_VERSIONS,
     ARGUMENT_ERRORS_AS_RESULTS_SINCE,
     HANDSHAKE_VERSIONS,
-    HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     JSONRPC_VERSION,
-    META_CLIENT_CAPABILITIES,
-    META_PROTOCOL_VERSION,
     META_SERVER_INFO,
     METHOD_NOT_FOUND,
     MODERN_VERSIONS,
     PARSE_ERROR,
     RESOURCE_NOT_FOUND_HANDSHAKE,
     STRUCTURED_SINCE,
-    UNSUPPORTED_PROTOCOL_VERSION,
     ArgumentError,
     JSONObject,
     RequestId,
@@ -84,10 +77,6 @@ CAPABILITIES_TTL_MS = 60_000
 FINISHED_RUN_TTL_MS = 3_600_000
 MAX_NESTING = 64
 
-# Methods whose subject is mirrored in the Mcp-Name header (2026-07-28 HTTP).
-NAME_BEARING = {"tools/call": "name", "resources/read": "uri"}
-# Methods that need no era: answered the same way to anyone.
-ERA_FREE = {"server/discover"}
 CACHEABLE = {
     "server/discover",
     "tools/list",
@@ -95,70 +84,6 @@ CACHEABLE = {
     "resources/templates/list",
     "resources/read",
 }
-
-
-def log(message: str) -> None:
-    """Logs go to stderr: stdout belongs to the protocol. A client's words in them
-    (a cancel reason, a request line) are escaped, like everything pybox prints."""
-    sys.stderr.write(f"pybox mcp: {escape_lines(message)}\n")
-    sys.stderr.flush()
-
-
-def _key(request_id: RequestId) -> tuple[str, RequestId]:
-    # "1" and 1 are different JSON-RPC ids.
-    return (type(request_id).__name__, request_id)
-
-
-class Connection:
-    """The state one client shares across its messages: a stdio process, a
-    handshake-era HTTP session, or a single stateless HTTP exchange."""
-
-    def __init__(self) -> None:
-        self.protocol_version: str | None = None  # set by `initialize`
-        self.client_info: Any = None
-        self._in_flight: dict[tuple[str, RequestId], threading.Event] = {}
-        self._lock = threading.Lock()
-        self._workers: list[threading.Thread] = []
-
-    def begin(self, request_id: RequestId) -> threading.Event | None:
-        """Register a request in flight; None when its id is already in flight."""
-        with self._lock:
-            if _key(request_id) in self._in_flight:
-                return None
-            event = threading.Event()
-            self._in_flight[_key(request_id)] = event
-            return event
-
-    def end(self, request_id: RequestId) -> None:
-        with self._lock:
-            self._in_flight.pop(_key(request_id), None)
-
-    def cancel(self, request_id: Any) -> bool:
-        if not is_request_id(request_id):
-            return False
-        with self._lock:
-            event = self._in_flight.get(_key(request_id))
-        if event is None:
-            return False
-        event.set()
-        return True
-
-    def cancel_all(self) -> None:
-        with self._lock:
-            events = list(self._in_flight.values())
-        for event in events:
-            event.set()
-
-    def add_worker(self, thread: threading.Thread) -> None:
-        with self._lock:
-            self._workers = [t for t in self._workers if t.is_alive()]
-            self._workers.append(thread)
-
-    def join_workers(self, timeout_s: float) -> None:
-        with self._lock:
-            workers = list(self._workers)
-        for thread in workers:
-            thread.join(timeout_s)
 
 
 def _nesting_ok(value: Any, depth: int = 0) -> bool:
@@ -285,7 +210,7 @@ class Dispatcher:
         headers: Mapping[str, str] | None,
     ) -> None:
         try:
-            version = self._version_for(conn, method, params, headers)
+            version = version_for(conn, method, params, headers)
         except RpcError as error:
             reply(error_response(request_id, error))
             return
@@ -314,30 +239,6 @@ class Dispatcher:
             worker.start()
         else:
             self._serve(conn, request_id, method, params, version, cancel, reply)
-
-    def _version_for(
-        self,
-        conn: Connection,
-        method: str,
-        params: JSONObject,
-        headers: Mapping[str, str] | None,
-    ) -> str | None:
-        """The protocol version this request is served at (None: era-free), or an error."""
-        meta = params.get("_meta")
-        if isinstance(meta, dict) and META_PROTOCOL_VERSION in meta and method != "initialize":
-            return _stateless_version(method, params, meta, headers)
-        if meta is not None and not isinstance(meta, dict):
-            raise RpcError(INVALID_PARAMS, "params._meta must be an object.")
-        if method in ("initialize", "ping") or method in ERA_FREE:
-            return conn.protocol_version
-        if conn.protocol_version is None:
-            raise RpcError(
-                INVALID_REQUEST,
-                f"{method} before initialize: send initialize first (protocol 2025-11-25 "
-                "and older), or give every request params._meta with "
-                f"{META_PROTOCOL_VERSION!r} and {META_CLIENT_CAPABILITIES!r} (2026-07-28).",
-            )
-        return conn.protocol_version
 
     # -- serving ------------------------------------------------------------------------
 
@@ -499,59 +400,6 @@ class Dispatcher:
         meta[META_SERVER_INFO] = SERVER_INFO
         shaped["_meta"] = meta
         return shaped
-
-
-def _stateless_version(
-    method: str, params: JSONObject, meta: JSONObject, headers: Mapping[str, str] | None
-) -> str:
-    version = meta[META_PROTOCOL_VERSION]
-    if META_CLIENT_CAPABILITIES not in meta:
-        raise RpcError(
-            INVALID_PARAMS,
-            f"params._meta is missing {META_CLIENT_CAPABILITIES!r} (required with "
-            f"{META_PROTOCOL_VERSION!r}); send {{}} for no capabilities.",
-        )
-    if not isinstance(meta[META_CLIENT_CAPABILITIES], dict):
-        raise RpcError(
-            INVALID_PARAMS, f"params._meta[{META_CLIENT_CAPABILITIES!r}] must be an object."
-        )
-    if not isinstance(version, str):
-        raise RpcError(INVALID_PARAMS, f"params._meta[{META_PROTOCOL_VERSION!r}] must be a string.")
-    if headers is not None:
-        if headers.get("mcp-protocol-version") != version:
-            raise RpcError(
-                HEADER_MISMATCH,
-                "The MCP-Protocol-Version header does not match the request's "
-                f"params._meta protocol version {version!r}.",
-            )
-        if headers.get("mcp-method") != method:
-            raise RpcError(
-                HEADER_MISMATCH, f"The Mcp-Method header is missing or does not match {method!r}."
-            )
-        name_key = NAME_BEARING.get(method)
-        named = params.get(name_key) if name_key else None
-        if isinstance(named, str) and _header_value(headers.get("mcp-name")) != named:
-            raise RpcError(
-                HEADER_MISMATCH, f"The Mcp-Name header is missing or does not match {named!r}."
-            )
-    if version not in MODERN_VERSIONS:
-        raise RpcError(
-            UNSUPPORTED_PROTOCOL_VERSION,
-            f"Unsupported protocol version {version!r}; supported: {', '.join(ALL_VERSIONS)} "
-            f"({', '.join(HANDSHAKE_VERSIONS)} through initialize).",
-            {"supported": list(ALL_VERSIONS), "requested": version},
-        )
-    return version
-
-
-def _header_value(raw: str | None) -> str | None:
-    """An Mcp-Name value; non-ASCII names travel as `=?base64?...?=`."""
-    if raw is None or not (raw.startswith("=?base64?") and raw.endswith("?=")):
-        return raw
-    try:
-        return base64.b64decode(raw[9:-2], validate=True).decode("utf-8")
-    except (binascii.Error, ValueError):
-        return None
 
 
 def _page_params(params: JSONObject) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from pybox._frontends.mcp import _experimenttools as tools
 from pybox._frontends.mcp._protocol import JSONObject
 from pybox._frontends.mcp._runargs import limit_request
-from pybox._frontends.mcp._sandboxtools import LIBRARIES, PATH, TIMEOUT, egress_schema, guarded
+from pybox._frontends.mcp._sandboxdecl import LIBRARIES, PATH, TIMEOUT, egress_schema
+from pybox._frontends.mcp._sandboxtools import guarded
+from pybox._frontends.mcp._schema import input_schema, output_schema
 from pybox._frontends.mcp._toolbox import Hints, Tool, Toolbox
 
 GROUP = tools.GROUP
@@ -39,20 +41,11 @@ READ_ONLY = Hints(read_only=True, destructive=False, idempotent=True)
 CHANGES = Hints(read_only=False, destructive=False, idempotent=False)
 
 
-def _schema(required: list[str], properties: JSONObject) -> JSONObject:
-    return {
-        "type": "object",
-        "additionalProperties": False,
-        "required": required,
-        "properties": properties,
-    }
-
-
 def _create_schema(toolbox: Toolbox) -> JSONObject:
     from pybox._core.limit_surfaces import limits_json_schema
 
     policy = toolbox.session.policy
-    return _schema(
+    return input_schema(
         ["project"],
         {
             "project": {
@@ -80,45 +73,43 @@ def _create_schema(toolbox: Toolbox) -> JSONObject:
     )
 
 
-def _object(required: list[str], **properties: JSONObject) -> JSONObject:
-    return {"type": "object", "required": required, "properties": properties}
-
-
-EXPERIMENT_SCHEMA = _object(
+EXPERIMENT_SCHEMA = output_schema(
     ["experiment_id", "project", "state"],
     experiment_id={"type": "string"},
     project={"type": "string"},
     state={"type": "string"},
     copy={"type": "object"},
 )
-CHANGES_SCHEMA = _object(
+CHANGES_SCHEMA = output_schema(
     ["experiment_id", "available"],
     experiment_id={"type": "string"},
     available={"type": "boolean"},
     stats={"type": "object"},
     diff={"type": "string"},
 )
-ARTIFACTS_SCHEMA = _object(
+ARTIFACTS_SCHEMA = output_schema(
     ["experiment_id", "artifacts"],
     experiment_id={"type": "string"},
     artifacts={"type": "array", "items": {"type": "object"}},
 )
-LIST_SCHEMA = _object(["experiments"], experiments={"type": "array", "items": EXPERIMENT_SCHEMA})
-COMPARISON_SCHEMA = _object(
+LIST_SCHEMA = output_schema(
+    ["experiments"], experiments={"type": "array", "items": EXPERIMENT_SCHEMA}
+)
+COMPARISON_SCHEMA = output_schema(
     ["ranking", "recommended", "indistinguishable", "reasons"],
     ranking={"type": "array", "items": {"type": "object"}},
     recommended={"type": ["string", "null"]},
     indistinguishable={"type": "boolean"},
     reasons={"type": "array", "items": {"type": "string"}},
 )
-RUNTIME_SCHEMA = _object(
+RUNTIME_SCHEMA = output_schema(
     ["engine", "environments", "network", "project_roots"],
     engine={"type": "object"},
     environments={"type": "array", "items": {"type": "string"}},
     network={"type": "string"},
     project_roots={"type": "array", "items": {"type": "string"}},
 )
-JOB_SCHEMA = _object(
+JOB_SCHEMA = output_schema(
     ["job_id", "experiment_id", "kind", "state", "argv"],
     job_id={"type": "string"},
     experiment_id={"type": "string"},
@@ -172,7 +163,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "Run a command in an experiment",
         "Run a command (an argument list) in the experiment's copy. Waits for the result unless "
         "background is true. Returns a job with exit_code and output.",
-        _schema(
+        input_schema(
             ["experiment_id", "argv"],
             {
                 "experiment_id": EXPERIMENT_ID,
@@ -192,7 +183,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "cargo test, detected from its files, or the given argv) and parse passed, failed, "
         "skipped, errors and the failing tests' names; when the output cannot be parsed, "
         "says so and judges by the exit code.",
-        _schema(
+        input_schema(
             ["experiment_id"],
             {"experiment_id": EXPERIMENT_ID, "argv": ARGV, "background": BACKGROUND},
         ),
@@ -206,7 +197,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "Created, modified and deleted files of the experiment's copy against the baseline "
         "taken before its box existed, with a bounded unified diff (binary files summarised). "
         "Works after destroy_experiment too: the changes are recorded before teardown.",
-        _schema(["experiment_id"], {"experiment_id": EXPERIMENT_ID}),
+        input_schema(["experiment_id"], {"experiment_id": EXPERIMENT_ID}),
         tools.inspect_changes,
         READ_ONLY,
         CHANGES_SCHEMA,
@@ -216,7 +207,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "Keep files from an experiment",
         "Copy files out of the experiment's copy into pybox's store (size-capped, with sha256), "
         "so they outlive the experiment.",
-        _schema(
+        input_schema(
             ["experiment_id", "paths"],
             {
                 "experiment_id": EXPERIMENT_ID,
@@ -231,7 +222,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "get_experiment",
         "An experiment's state and history",
         "The experiment's state, its state history, its jobs, artifacts, last tests and changes.",
-        _schema(["experiment_id"], {"experiment_id": EXPERIMENT_ID}),
+        input_schema(["experiment_id"], {"experiment_id": EXPERIMENT_ID}),
         tools.get_experiment,
         READ_ONLY,
         EXPERIMENT_SCHEMA,
@@ -240,7 +231,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "list_experiments",
         "List experiments",
         "The live experiments (and with include_destroyed, the ended ones too).",
-        _schema([], {"include_destroyed": {"type": "boolean"}}),
+        input_schema([], {"include_destroyed": {"type": "boolean"}}),
         tools.list_experiments,
         READ_ONLY,
         LIST_SCHEMA,
@@ -249,7 +240,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "get_job_status",
         "A job's state",
         "The job's state (running, completed, failed, timed_out, cancelled, lost) and exit code.",
-        _schema(["job_id"], {"job_id": JOB_ID}),
+        input_schema(["job_id"], {"job_id": JOB_ID}),
         tools.get_job_status,
         READ_ONLY,
         JOB_SCHEMA,
@@ -259,7 +250,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "A job's result",
         "The job's result with its (bounded) output; with wait, waits up to that many seconds "
         "for a running job to end.",
-        _schema(
+        input_schema(
             ["job_id"],
             {
                 "job_id": JOB_ID,
@@ -274,7 +265,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "cancel_job",
         "Stop a job",
         "Stop a running job (its whole process tree); the experiment stays usable.",
-        _schema(["job_id"], {"job_id": JOB_ID}),
+        input_schema(["job_id"], {"job_id": JOB_ID}),
         tools.cancel_job,
         Hints(read_only=False, destructive=True, idempotent=True),
         JOB_SCHEMA,
@@ -284,7 +275,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "Destroy an experiment",
         "Record the changes, then remove the experiment's box (the engine confirms it gone) and "
         "return the final report. Safe to call again: returns the same report.",
-        _schema(["experiment_id"], {"experiment_id": EXPERIMENT_ID}),
+        input_schema(["experiment_id"], {"experiment_id": EXPERIMENT_ID}),
         tools.destroy_experiment,
         Hints(read_only=False, destructive=True, idempotent=True),
         EXPERIMENT_SCHEMA,
@@ -294,7 +285,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "Compare experiments on one project",
         "Rank experiments on the same project by failing tests, exit status, size of change and "
         "duration, and recommend one, or say they are indistinguishable, with reasons.",
-        _schema(
+        input_schema(
             ["experiment_ids"],
             {
                 "experiment_ids": {
@@ -313,7 +304,7 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "Is the sandbox runtime ready",
         "Whether the engine is reachable, and the policy in force: environments, limits "
         "(defaults and ceilings), network, the project roots allowed.",
-        _schema([], {}),
+        input_schema([], {}),
         tools.check_sandbox_runtime,
         READ_ONLY,
         RUNTIME_SCHEMA,

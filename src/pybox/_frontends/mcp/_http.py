@@ -30,7 +30,8 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from pybox._core.addresses import is_loopback
-from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
+from pybox._frontends.mcp._connection import Connection, log
+from pybox._frontends.mcp._dispatcher import Dispatcher
 from pybox._frontends.mcp._httpsessions import Session, Sessions
 from pybox._frontends.mcp._httpsettings import (
     TOKEN_ENV,

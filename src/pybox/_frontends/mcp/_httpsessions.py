@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from pybox._frontends.mcp._dispatcher import Connection
+from pybox._frontends.mcp._connection import Connection
 
 MAX_SESSIONS = 64
 # A session unused this long may give its place to a new one; a session in use never does.

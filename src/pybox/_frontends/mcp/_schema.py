@@ -56,6 +56,22 @@ UNDERSTOOD = frozenset(
 )
 
 
+def input_schema(required: list[str], properties: JSONObject) -> JSONObject:
+    """A tool's input: an object that names what it needs and accepts nothing else."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": required,
+        "properties": properties,
+    }
+
+
+def output_schema(required: list[str], **properties: JSONObject) -> JSONObject:
+    """A tool's structured result: open to fields added later, so clients that pinned
+    an older shape keep working."""
+    return {"type": "object", "required": required, "properties": properties}
+
+
 def check_arguments(
     where: str,
     schema: JSONObject,

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-from pybox._frontends.mcp._dispatcher import Connection, Dispatcher, log
+from pybox._frontends.mcp._connection import Connection, log
+from pybox._frontends.mcp._dispatcher import Dispatcher
 from pybox._frontends.mcp._protocol import JSONObject, encode
 
 DISCARD_CHUNK_BYTES = 1 << 16

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pybox._frontends.mcp._experimentdecl import EXPERIMENT_TOOLS
 from pybox._frontends.mcp._runtools import RUN_TOOLS
-from pybox._frontends.mcp._sandboxtools import SANDBOX_TOOLS
+from pybox._frontends.mcp._sandboxdecl import SANDBOX_TOOLS
 from pybox._frontends.mcp._toolbox import Tool, groups_of
 
 TOOLS: tuple[Tool, ...] = (*RUN_TOOLS, *SANDBOX_TOOLS, *EXPERIMENT_TOOLS)
