@@ -18,7 +18,7 @@ from typing import Any
 from pybox._adapters.confinement import host_apparmor
 from pybox._core import wire
 from pybox._core.errors import EngineAnswerTooLarge, EngineAPIError, EngineError
-from pybox._core.posture import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS
+from pybox._core.readback import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS
 from pybox._engine import EngineEndpoint, JSONObject
 from pybox._engine.interface import ARCHIVE_MAX_BYTES
 from pybox._inbox import bootstrap_source

@@ -28,7 +28,7 @@ from pybox._core.egress import (
 )
 from pybox._core.egress_posture import network_body, network_problems, network_requirements
 from pybox._core.errors import ConfigError, EgressRefused, InvalidRequest
-from pybox._core.posture import check_requirements
+from pybox._core.readback import check_requirements
 from pybox._core.request import RunRequest
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script

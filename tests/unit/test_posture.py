@@ -10,15 +10,8 @@ import pytest
 from pybox._adapters.confinement import seccomp_profile
 from pybox._adapters.state import StateStore
 from pybox._core.limits import BUILTIN_DEFAULTS, Policy
-from pybox._core.posture import (
-    BOX_USER,
-    BoxSpec,
-    Check,
-    Requirement,
-    create_body,
-    requirements,
-    verify,
-)
+from pybox._core.posture import BOX_USER, BoxSpec, create_body, requirements, verify
+from pybox._core.readback import Check, Requirement
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
 from pybox._core.seccomp import Confinement

@@ -15,14 +15,9 @@ from typing import Any
 
 import pytest
 
-from pybox._core.posture import (
-    Requirement,
-    create_body,
-    readback_requirements,
-    requirements,
-    verify,
-)
+from pybox._core.posture import create_body, readback_requirements, requirements, verify
 from pybox._core.posture_podman import MAPPINGS, podman_tmpfs_options
+from pybox._core.readback import Requirement
 from pybox._engine.specgen import BOX_NPROC, PodmanUnsupported, specgen
 from tests.unit.test_posture import SPEC as DOCKER_SPEC
 from tests.unit.test_posture import apply, weakenings

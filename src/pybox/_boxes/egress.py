@@ -44,13 +44,8 @@ from pybox._core.egress_posture import (
 )
 from pybox._core.errors import EngineError, InvalidRequest, PostureMismatch, SandboxError
 from pybox._core.images import ImageRecord
-from pybox._core.posture import (
-    LABEL_EXPIRES_AT,
-    LABEL_OWNER,
-    body_from,
-    box_user,
-    check_requirements,
-)
+from pybox._core.posture import LABEL_EXPIRES_AT, LABEL_OWNER, box_user
+from pybox._core.readback import body_from, check_requirements
 from pybox._core.receipt import Unknown
 from pybox._core.request import InputFile, RunRequest
 from pybox._engine import Engine, NetworkEngine

@@ -17,7 +17,8 @@ from pybox._boxes.outputs import ReturnedFile
 from pybox._core.boxquote import BoxQuote
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
-from pybox._core.posture import BoxSpec, PostureReport
+from pybox._core.posture import BoxSpec
+from pybox._core.readback import PostureReport
 from pybox._core.receipt import (
     EngineFacts,
     KernelObserved,

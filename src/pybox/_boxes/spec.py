@@ -23,10 +23,10 @@ from pybox._core.posture import (
     BOX_UID_FIRST,
     PAYLOAD_WAIT_S,
     BoxSpec,
-    PostureReport,
     create_body,
     verify,
 )
+from pybox._core.readback import PostureReport
 from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
 from pybox._core.seccomp import Confinement
 from pybox._engine import AttachStream, Engine

@@ -22,15 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pybox._core.posture import (
-    REQUIRED_MASKED_PATHS,
-    REQUIRED_READONLY_PATHS,
+from pybox._core.readback import (
     Check,
     Requirement,
     config_field,
-    confinement_requirements,
     host_absent,
     host_field,
+    sealed_host_requirements,
 )
 from pybox._core.seccomp import Confinement
 
@@ -79,40 +77,7 @@ def build_requirements(spec: BuildBoxSpec) -> tuple[Requirement, ...]:
         # Filesystem: writable root (it becomes the image); nothing from the host.
         host_field("ReadonlyRootfs", False, "the packages are installed into it", Check.EMPTY),
         host_field("Tmpfs", dict(spec.tmpfs), "a size-capped /tmp"),
-        host_absent("Binds", "no host path"),
-        host_absent("Mounts", "no host path, no volume"),
-        host_absent("VolumesFrom", "no volumes of other containers"),
-        Requirement(("Mounts",), [], "no host path, no volume, no engine socket", Check.EMPTY),
-        # Privilege: a run box's, including its seccomp profile and AppArmor.
-        host_field("Privileged", False, "not privileged", Check.EMPTY),
-        host_field("CapDrop", ["ALL"], "every capability dropped"),
-        host_absent("CapAdd", "no capability added"),
-        *confinement_requirements(spec.confinement),
-        host_absent("Devices", "no devices"),
-        host_absent("DeviceRequests", "no devices"),
-        host_absent("DeviceCgroupRules", "no device rules"),
-        host_absent("GroupAdd", "no extra groups"),
-        host_field("Sysctls", {}, "no sysctls", Check.EMPTY),
-        host_field("UsernsMode", "", "the engine's user namespace setting", Check.EMPTY),
-        host_field("PidMode", "", "a private process namespace", Check.EMPTY),
-        host_field("IpcMode", "private", "private IPC"),
-        host_field("UTSMode", "", "a private hostname", Check.EMPTY),
-        host_field("CgroupnsMode", "private", "a private cgroup namespace"),
-        host_field("CgroupParent", "", "the engine's cgroup", Check.EMPTY),
-        host_field("Init", False, "no host binary mounted", Check.EMPTY),
-        host_field("Runtime", spec.runtime, "the expected runtime"),
-        Requirement(
-            ("HostConfig", "MaskedPaths"),
-            list(REQUIRED_MASKED_PATHS),
-            "kernel files masked",
-            Check.INCLUDES,
-        ),
-        Requirement(
-            ("HostConfig", "ReadonlyPaths"),
-            list(REQUIRED_READONLY_PATHS),
-            "kernel settings read-only",
-            Check.INCLUDES,
-        ),
+        *sealed_host_requirements(spec.confinement, spec.runtime, "the expected runtime"),
         # The build's own caps.
         host_field("Memory", spec.memory_bytes, "memory cap"),
         host_field("MemorySwap", spec.memory_bytes, "swap equal to memory: no swap"),

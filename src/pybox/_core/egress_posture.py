@@ -16,15 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pybox._core.egress import NONE, OPEN, PACKAGES, EgressPlan
-from pybox._core.posture import (
-    REQUIRED_MASKED_PATHS,
-    REQUIRED_READONLY_PATHS,
+from pybox._core.readback import (
     Check,
     Requirement,
     config_field,
-    confinement_requirements,
     host_absent,
     host_field,
+    sealed_host_requirements,
 )
 from pybox._core.seccomp import Confinement
 
@@ -138,33 +136,7 @@ def proxy_requirements(spec: ProxySpec) -> tuple[Requirement, ...]:
         host_absent("Links", "no links"),
         host_field("ReadonlyRootfs", True, "read-only root filesystem"),
         host_absent("Tmpfs", "nothing writable"),
-        host_absent("Binds", "no host path"),
-        host_absent("Mounts", "no host path, no volume"),
-        host_absent("VolumesFrom", "no volumes of other containers"),
-        Requirement(("Mounts",), [], "no host path, no volume, no engine socket", Check.EMPTY),
-        host_field("Privileged", False, "not privileged", Check.EMPTY),
-        host_field("CapDrop", ["ALL"], "every capability dropped"),
-        host_absent("CapAdd", "no capability added"),
-        *confinement_requirements(spec.confinement),
-        host_absent("Devices", "no devices"),
-        host_absent("DeviceRequests", "no devices"),
-        host_absent("GroupAdd", "no extra groups"),
-        host_field("Sysctls", {}, "no sysctls", Check.EMPTY),
-        host_field("PidMode", "", "a private process namespace", Check.EMPTY),
-        host_field("IpcMode", "private", "private IPC"),
-        host_field("UTSMode", "", "a private hostname", Check.EMPTY),
-        host_field("CgroupnsMode", "private", "a private cgroup namespace"),
-        host_field("Init", False, "no host binary mounted", Check.EMPTY),
-        host_field("Runtime", spec.runtime, "the expected runtime"),
-        Requirement(
-            ("HostConfig", "MaskedPaths"), list(REQUIRED_MASKED_PATHS), "masked", Check.INCLUDES
-        ),
-        Requirement(
-            ("HostConfig", "ReadonlyPaths"),
-            list(REQUIRED_READONLY_PATHS),
-            "kernel settings read-only",
-            Check.INCLUDES,
-        ),
+        *sealed_host_requirements(spec.confinement, spec.runtime, "the expected runtime"),
         host_field("Memory", PROXY_MEMORY_BYTES, "memory cap"),
         host_field("MemorySwap", PROXY_MEMORY_BYTES, "no swap"),
         host_field("NanoCpus", PROXY_NANO_CPUS, "CPU cap"),

@@ -9,19 +9,28 @@ the run as a sandbox error: never a weaker box.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from pybox._core.egress import EgressPlan
 from pybox._core.limits import Limits
 from pybox._core.preload import check_modules
+from pybox._core.readback import (
+    Check,
+    PostureReport,
+    Requirement,
+    body_from,
+    check_requirements,
+    config_field,
+    host_absent,
+    host_field,
+    sealed_host_requirements,
+)
 from pybox._core.runtime_limits import engine_pids_limit, ulimits
 from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
-from pybox._core.seccomp import Confinement, security_opt_view
+from pybox._core.seccomp import Confinement
 from pybox._core.wire import ONE_PROGRAM, PROTOCOLS, SANDBOX
 
 # The image's own unprivileged account (for tools that look a user up).
@@ -69,71 +78,7 @@ LABEL_VERSION = "io.pybox.version"
 LABEL_SANDBOX = "io.pybox.sandbox"
 
 # Paths the engine masks or makes read-only by default; pybox insists on them.
-REQUIRED_MASKED_PATHS = (
-    "/proc/acpi",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/sys/firmware",
-)
-REQUIRED_READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
-
-# Writable places: size-capped tmpfs only. No exec, no setuid, no device files.
 TMPFS_FLAGS = "rw,nosuid,nodev,noexec"
-
-
-class Check(Enum):
-    EQUAL = "equal"
-    EMPTY = "empty"  # absent, null, false, 0 or an empty list/map/string
-    INCLUDES = "includes"  # every expected list item / map entry is present
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """One fact about the box: where it is set, where it is read back, why."""
-
-    inspect_path: tuple[str, ...]
-    expected: Any
-    why: str
-    check: Check = Check.EQUAL
-    create_path: tuple[str, ...] | None = None
-    # How the value is compared and shown, when not as is (a seccomp profile
-    # is compared and shown by its hash, not as kilobytes of JSON).
-    view: Callable[[Any], Any] | None = None
-
-    @property
-    def name(self) -> str:
-        return ".".join(self.inspect_path)
-
-    def shown(self, value: Any) -> Any:
-        return value if self.view is None else self.view(value)
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    field: str
-    expected: Any
-    actual: Any
-    why: str
-
-    def describe(self) -> str:
-        return (
-            f"{self.field}: expected {self.expected!r}, the engine has {self.actual!r} ({self.why})"
-        )
-
-
-def mismatch(requirement: Requirement, actual: Any) -> Mismatch:
-    """A differing field, its values shown the way they were compared."""
-    return Mismatch(
-        requirement.name,
-        requirement.shown(requirement.expected),
-        requirement.shown(actual),
-        requirement.why,
-    )
 
 
 def box_environment(
@@ -258,33 +203,6 @@ class BoxSpec:
         }
 
 
-def _config(name: str, expected: Any, why: str, check: Check = Check.EQUAL) -> Requirement:
-    return Requirement(("Config", name), expected, why, check, create_path=(name,))
-
-
-def _host(
-    name: str,
-    expected: Any,
-    why: str,
-    check: Check = Check.EQUAL,
-    view: Callable[[Any], Any] | None = None,
-) -> Requirement:
-    return Requirement(
-        ("HostConfig", name), expected, why, check, create_path=("HostConfig", name), view=view
-    )
-
-
-def _host_absent(name: str, why: str) -> Requirement:
-    """Explicitly set empty on create, and must read back empty."""
-    return _host(name, [], why, Check.EMPTY)
-
-
-# The build box's table (build_posture.py) is written with the same helpers.
-config_field = _config
-host_field = _host
-host_absent = _host_absent
-
-
 def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
     """The whole posture of a box. The create body and the check derive from it."""
     from pybox._core.egress_posture import network_requirements  # it builds on this module
@@ -293,194 +211,71 @@ def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
     return (
         # What runs, as whom, where.
         Requirement(("Image",), spec.image_id, "the recorded image, by ID", create_path=("Image",)),
-        _config("User", spec.user, "a non-root user of the box's own"),
-        _config("Entrypoint", spec.entrypoint(), "pybox's bootstrap holds PID 1"),
-        _config("Cmd", [], "nothing from the image runs", Check.EMPTY),
-        _config("Env", spec.environment(), "only pybox's environment", Check.INCLUDES),
-        _config(
+        config_field("User", spec.user, "a non-root user of the box's own"),
+        config_field("Entrypoint", spec.entrypoint(), "pybox's bootstrap holds PID 1"),
+        config_field("Cmd", [], "nothing from the image runs", Check.EMPTY),
+        config_field("Env", spec.environment(), "only pybox's environment", Check.INCLUDES),
+        config_field(
             "WorkingDir", PYBOX_ROOT, "the tmpfs root (the engine would create a subfolder as root)"
         ),
-        _config("Hostname", BOX_HOSTNAME, "not the host's name"),
-        _config("Domainname", "", "no domain", Check.EMPTY),
-        _config("Labels", spec.labels(), "leftovers can always be found", Check.INCLUDES),
-        _config("Healthcheck", {"Test": ["NONE"]}, "nothing else execs inside the box"),
-        _config("Tty", False, "plain pipes", Check.EMPTY),
-        _config("OpenStdin", True, "code and inputs arrive on stdin, not by mount"),
-        _config(
+        config_field("Hostname", BOX_HOSTNAME, "not the host's name"),
+        config_field("Domainname", "", "no domain", Check.EMPTY),
+        config_field("Labels", spec.labels(), "leftovers can always be found", Check.INCLUDES),
+        config_field("Healthcheck", {"Test": ["NONE"]}, "nothing else execs inside the box"),
+        config_field("Tty", False, "plain pipes", Check.EMPTY),
+        config_field("OpenStdin", True, "code and inputs arrive on stdin, not by mount"),
+        config_field(
             "StdinOnce",
             spec.protocol != SANDBOX,
             "a sandbox's stdin outlives pybox's connection"
             if spec.protocol == SANDBOX
             else "stdin closes with pybox's connection",
         ),
-        _config("AttachStdin", True, "code and inputs arrive on stdin"),
-        _config("AttachStdout", True, "output is relayed by the bootstrap"),
-        _config("AttachStderr", True, "bootstrap diagnostics"),
-        _config("ExposedPorts", {}, "no ports", Check.EMPTY),
-        _config("Volumes", {}, "no image volumes", Check.EMPTY),
+        config_field("AttachStdin", True, "code and inputs arrive on stdin"),
+        config_field("AttachStdout", True, "output is relayed by the bootstrap"),
+        config_field("AttachStderr", True, "bootstrap diagnostics"),
+        config_field("ExposedPorts", {}, "no ports", Check.EMPTY),
+        config_field("Volumes", {}, "no image volumes", Check.EMPTY),
         # Network: none at all, unless the box's egress mode says otherwise.
         *network_requirements(spec.egress),
-        _host("PortBindings", {}, "no published ports", Check.EMPTY),
-        _host("PublishAllPorts", False, "no published ports", Check.EMPTY),
-        _host_absent("Links", "no links to other containers"),
+        host_field("PortBindings", {}, "no published ports", Check.EMPTY),
+        host_field("PublishAllPorts", False, "no published ports", Check.EMPTY),
+        host_absent("Links", "no links to other containers"),
         # Filesystem: read-only root, capped tmpfs only, nothing from the host.
-        _host("ReadonlyRootfs", True, "read-only root filesystem"),
-        _host("Tmpfs", spec.tmpfs(), "the only writable places, size-capped"),
-        _host("ShmSize", limits.writable_bytes, "/dev/shm is capped like the others"),
-        _host_absent("Binds", "no host path"),
-        _host_absent("Mounts", "no host path, no volume"),
-        _host_absent("VolumesFrom", "no volumes of other containers"),
-        Requirement(("Mounts",), [], "no host path, no volume, no engine socket", Check.EMPTY),
-        # Privilege.
-        _host("Privileged", False, "not privileged", Check.EMPTY),
-        _host("CapDrop", ["ALL"], "every capability dropped"),
-        _host_absent("CapAdd", "no capability added"),
-        *confinement_requirements(spec.confinement),
-        _host_absent("Devices", "no devices"),
-        _host_absent("DeviceRequests", "no devices"),
-        _host_absent("DeviceCgroupRules", "no device rules"),
-        _host_absent("GroupAdd", "no extra groups"),
-        _host("Sysctls", {}, "no sysctls", Check.EMPTY),
-        _host("UsernsMode", "", "the engine's user namespace setting", Check.EMPTY),
-        _host("PidMode", "", "a private process namespace", Check.EMPTY),
-        _host("IpcMode", "private", "private IPC"),
-        _host("UTSMode", "", "a private hostname", Check.EMPTY),
-        _host("CgroupnsMode", "private", "a private cgroup namespace"),
-        _host("CgroupParent", "", "the engine's cgroup", Check.EMPTY),
-        _host("Init", False, "pybox's bootstrap is init; no host binary mounted", Check.EMPTY),
-        _host("Runtime", spec.runtime, f"the {spec.isolation.lane} runtime"),
-        Requirement(
-            ("HostConfig", "MaskedPaths"),
-            list(REQUIRED_MASKED_PATHS),
-            "kernel files masked",
-            Check.INCLUDES,
-        ),
-        Requirement(
-            ("HostConfig", "ReadonlyPaths"),
-            list(REQUIRED_READONLY_PATHS),
-            "kernel settings read-only",
-            Check.INCLUDES,
+        host_field("ReadonlyRootfs", True, "read-only root filesystem"),
+        host_field("Tmpfs", spec.tmpfs(), "the only writable places, size-capped"),
+        host_field("ShmSize", limits.writable_bytes, "/dev/shm is capped like the others"),
+        *sealed_host_requirements(
+            spec.confinement, spec.runtime, f"the {spec.isolation.lane} runtime"
         ),
         # Limits.
-        _host("Memory", limits.memory_bytes, "memory cap"),
-        _host("MemorySwap", limits.memory_bytes, "swap equal to memory: no swap escape"),
-        _host("OomKillDisable", False, "the kernel may end a box over its memory", Check.EMPTY),
-        _host("NanoCpus", round(limits.cpus * 1e9), "CPU cap"),
-        _host(
+        host_field("Memory", limits.memory_bytes, "memory cap"),
+        host_field("MemorySwap", limits.memory_bytes, "swap equal to memory: no swap escape"),
+        host_field(
+            "OomKillDisable", False, "the kernel may end a box over its memory", Check.EMPTY
+        ),
+        host_field("NanoCpus", round(limits.cpus * 1e9), "CPU cap"),
+        host_field(
             "PidsLimit",
             engine_pids_limit(spec.isolation.lane, limits),
             "processes cap (under gVisor: the sandbox's host threads)",
         ),
-        _host(
+        host_field(
             "Ulimits",
             ulimits(spec.isolation.lane, limits),
             "open files cap; no core dumps (under gVisor: the processes cap, nproc)",
         ),
-        _host("OomScoreAdj", 0, "no change to OOM priority", Check.EMPTY),
+        host_field("OomScoreAdj", 0, "no change to OOM priority", Check.EMPTY),
         # Lifecycle and logs.
-        _host("LogConfig", {"Type": "none", "Config": {}}, "the engine keeps no logs"),
-        _host("AutoRemove", False, "pybox removes the box and confirms it", Check.EMPTY),
-        _host("RestartPolicy", {"Name": "no"}, "never restarted", Check.INCLUDES),
-    )
-
-
-def confinement_requirements(confinement: Confinement) -> tuple[Requirement, ...]:
-    """no-new-privileges, pybox's seccomp profile, and the AppArmor the host allows.
-
-    SecurityOpt must read back exactly: an added `seccomp=unconfined`,
-    `apparmor=unconfined` or `label=disable`, or a profile with another hash,
-    is a mismatch.
-    """
-    if confinement.apparmor_profile is None:
-        apparmor = Requirement(
-            ("AppArmorProfile",),
-            "",
-            "the engine's host has no AppArmor: none, and never 'unconfined'",
-            Check.EMPTY,
-        )
-    else:
-        apparmor = Requirement(
-            ("AppArmorProfile",),
-            confinement.apparmor_profile,
-            "the host has AppArmor: the engine's default profile, never 'unconfined'",
-        )
-    return (
-        _host(
-            "SecurityOpt",
-            confinement.security_opt(),
-            f"no-new-privileges; pybox's seccomp profile {confinement.seccomp_sha256}",
-            view=security_opt_view,
-        ),
-        apparmor,
+        host_field("LogConfig", {"Type": "none", "Config": {}}, "the engine keeps no logs"),
+        host_field("AutoRemove", False, "pybox removes the box and confirms it", Check.EMPTY),
+        host_field("RestartPolicy", {"Name": "no"}, "never restarted", Check.INCLUDES),
     )
 
 
 def create_body(spec: BoxSpec) -> dict[str, Any]:
     """The engine's create body, built from `requirements()` only."""
     return body_from(requirements(spec))
-
-
-def body_from(table: tuple[Requirement, ...]) -> dict[str, Any]:
-    """A create body holding every requirement that has a create path."""
-    body: dict[str, Any] = {}
-    for requirement in table:
-        if requirement.create_path is None:
-            continue
-        target = body
-        for key in requirement.create_path[:-1]:
-            target = target.setdefault(key, {})
-        target[requirement.create_path[-1]] = copy.deepcopy(requirement.expected)
-    return body
-
-
-_MISSING = object()
-
-
-def _lookup(document: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    value: Any = document
-    for key in path:
-        if not isinstance(value, Mapping) or key not in value:
-            return _MISSING
-        value = value[key]
-    return value
-
-
-def _is_empty(value: Any) -> bool:
-    return value is _MISSING or value in (None, False, 0, "", [], {})
-
-
-def _includes(actual: Any, expected: Any) -> bool:
-    if isinstance(expected, Mapping):
-        return isinstance(actual, Mapping) and all(
-            key in actual and actual[key] == value for key, value in expected.items()
-        )
-    if isinstance(expected, list):
-        return isinstance(actual, list) and all(item in actual for item in expected)
-    return bool(actual == expected)
-
-
-def _satisfied(requirement: Requirement, actual: Any) -> bool:
-    if requirement.check is Check.EMPTY:
-        return _is_empty(actual)
-    if actual is _MISSING:
-        return False
-    expected = requirement.shown(requirement.expected)
-    actual = requirement.shown(actual)
-    if requirement.check is Check.INCLUDES:
-        return _includes(actual, expected)
-    return bool(actual == expected)
-
-
-@dataclass(frozen=True)
-class PostureReport:
-    """The outcome of reading a box back: how many facts, which differed."""
-
-    checked: tuple[str, ...]
-    mismatches: tuple[Mismatch, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.mismatches
 
 
 def readback_requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
@@ -497,17 +292,3 @@ def readback_requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
 def verify(spec: BoxSpec, inspected: Mapping[str, Any]) -> PostureReport:
     """Compare the engine's view of a created box with the posture it must have."""
     return check_requirements(readback_requirements(spec), inspected)
-
-
-def check_requirements(
-    table: tuple[Requirement, ...], inspected: Mapping[str, Any]
-) -> PostureReport:
-    """Compare an engine's view of a container with a table of requirements."""
-    checked: list[str] = []
-    mismatches: list[Mismatch] = []
-    for requirement in table:
-        actual = _lookup(inspected, requirement.inspect_path)
-        checked.append(requirement.name)
-        if not _satisfied(requirement, actual):
-            mismatches.append(mismatch(requirement, None if actual is _MISSING else actual))
-    return PostureReport(tuple(checked), tuple(mismatches))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pybox._core.posture import Check, Requirement
+from pybox._core.readback import Check, Requirement
 from pybox._core.seccomp import security_opt_view
 
 if TYPE_CHECKING:

@@ -25,10 +25,8 @@ from pybox._core.posture import (
     LABEL_OWNER,
     LABEL_RUN_ID,
     LABEL_VERSION,
-    PostureReport,
-    body_from,
-    check_requirements,
 )
+from pybox._core.readback import PostureReport, body_from, check_requirements
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine, JSONObject
 
