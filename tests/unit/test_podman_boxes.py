@@ -17,9 +17,13 @@ import pytest
 from pybox._core import wire
 from pybox._core.posture import create_body, readback_requirements, requirements, verify
 from pybox._core.posture_podman import MAPPINGS, READ_BACK_AS, read_back_fields, tmpfs_view
+from pybox._core.receipt import Status
+from pybox._core.request import RunRequest
 from pybox._engine.endpoint import EngineEndpoint
 from pybox._engine.podman import PodmanEngine, docker_state
 from pybox._engine.specgen import PodmanUnsupported, specgen
+from pybox._orchestration.session import Session
+from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.test_posture_podman import SPEC, recorded
 
 
@@ -158,3 +162,18 @@ def test_read_back_as_names_the_fields_each_mapping_checks() -> None:
         assert read_back_fields("podman", field) == READ_BACK_AS.get(field, frozenset({field}))
         assert names == set(read_back_fields("podman", field)), field
     assert read_back_fields("docker", "HostConfig.CapDrop") == {"HostConfig.CapDrop"}
+
+
+@pytest.mark.parametrize("backstop", [False, True])
+def test_a_box_that_ended_before_its_ack_is_not_an_engine_failure(
+    session: Session, engine: FakeEngine, backstop: bool
+) -> None:
+    """Podman closes the attach connection once the box has ended: protocol 1's
+    last ACK (only there to let the bootstrap end early) may find it closed."""
+    engine.closes_attach_on_exit = True
+    engine.script = Script(stdout=b"hi\n", exit_code=124 if backstop else 0, backstop=backstop)
+    outcome = session.run(RunRequest(code=b"pass"))
+    assert outcome.stdout == b"hi\n"
+    assert outcome.receipt.status is not Status.SANDBOX_ERROR
+    assert outcome.receipt.exit_code == (124 if backstop else 0)
+    assert outcome.receipt.observed_by_engine.removal_confirmed
