@@ -213,6 +213,11 @@ class FakeAttach:
             self.container.payload = bytearray()
             self._ready()
         elif data == wire.ACK:
+            if self.engine.closes_attach_on_exit and not many:
+                # The bootstrap stopped waiting for the ACK and ended; Podman closed
+                # the attach connection with it (a controller that was frozen).
+                self._end(self.script.exit_code)
+                raise EngineError("Lost the attach connection to the box while sending: EPIPE")
             self.container.acked = True
             if not self.container.stuck:
                 self._end(self.script.exit_code)
@@ -290,6 +295,8 @@ class FakeEngine:
         self.security_options = ["name=seccomp,profile=default"]
         self.late_exit = False
         self.ignore_stop = False  # a protocol-2 box whose bootstrap ignores STOP
+        # As Podman: the attach connection is closed once the box has ended.
+        self.closes_attach_on_exit = False
         self._next = 0
         self.exec_script: ExecScript = lambda argv: (0, b"")
         self.execs: dict[str, tuple[str, list[str], int, bytes]] = {}

@@ -234,9 +234,81 @@ def host_files_report(container_id: str, **changes: Any) -> dict[str, Any]:
         "paths_walked": 5000,
         "unix_sockets": ["0000: 00000002 00000000 00010000 0001 01 12345"],
         "mounts": [*CONTAINED_MOUNTS, hostname],
+        "engine_files": {"/etc/hostname": "read pybox\n", "/run/.containerenv": "ENOENT"},
     }
     report.update(changes)
     return report
+
+
+def podman_files_report(container_id: str, **changes: Any) -> dict[str, Any]:
+    """What Podman 4.3 binds into a box (measured): its own per-box hostname and
+    .containerenv, read-only, from its storage on the host's disk."""
+    userdata = f"/run/containers/storage/overlay-containers/{container_id}/userdata"
+    bound = [
+        {
+            "mount_point": point,
+            "root": f"{userdata}/{name}",
+            "device": "254:0",
+            "fstype": "ext4",
+            "options": "ro,nosuid,nodev,noexec,relatime",
+        }
+        for point, name in (("/run/.containerenv", ".containerenv"), ("/etc/hostname", "hostname"))
+    ]
+    report = host_files_report(container_id)
+    report["mounts"] = [*CONTAINED_MOUNTS, *bound]
+    report["engine_files"] = {"/etc/hostname": "read pybox", "/run/.containerenv": "read "}
+    report.update(changes)
+    return report
+
+
+def on_engine(outcome: RunOutcome, name: str) -> RunOutcome:
+    receipt = outcome.receipt
+    engine = dataclasses.replace(receipt.configured.engine, name=name)
+    configured = dataclasses.replace(receipt.configured, engine=engine)
+    return dataclasses.replace(outcome, receipt=dataclasses.replace(receipt, configured=configured))
+
+
+def test_podman_s_own_files_for_the_box_are_contained(session: Session, engine: FakeEngine) -> None:
+    report = podman_files_report(_first_container_id(engine))
+    outcome = on_engine(outcome_of(session, engine, report_script(report)), "podman")
+    verdict = judged(judge_host_files, outcome, canary_secret="s3cr3t", host_devices=HOST_DEVICES)
+    assert verdict.failures == []
+    # The same mounts from Docker would be files from the host.
+    docker = dataclasses.replace(outcome, receipt=on_engine(outcome, "docker").receipt)
+    verdict = judged(judge_host_files, docker, canary_secret="s3cr3t", host_devices=HOST_DEVICES)
+    assert any("mounts from the host" in item for item in verdict.failures)
+
+
+@pytest.mark.parametrize(
+    ("change", "failure"),
+    [
+        ({"options": "rw,nosuid"}, "mounts from the host"),
+        ({"root": "/run/containers/storage/overlay-containers/other/userdata/hostname"}, "host"),
+        ({"mount_point": "/etc/passwd"}, "mounts from the host"),
+    ],
+)
+def test_podman_s_files_weakened_fail(
+    session: Session, engine: FakeEngine, change: dict[str, str], failure: str
+) -> None:
+    report = podman_files_report(_first_container_id(engine))
+    report["mounts"][-1] = {**report["mounts"][-1], **change}
+    outcome = on_engine(outcome_of(session, engine, report_script(report)), "podman")
+    verdict = judged(judge_host_files, outcome, canary_secret="s3cr3t", host_devices=HOST_DEVICES)
+    assert any(failure in item for item in verdict.failures), verdict.failures
+
+
+@pytest.mark.parametrize(
+    ("point", "content"),
+    [("/run/.containerenv", 'read engine="podman-4.3.1"\n'), ("/etc/hostname", "read vm\n")],
+)
+def test_podman_s_files_holding_more_than_the_box_s_fail(
+    session: Session, engine: FakeEngine, point: str, content: str
+) -> None:
+    report = podman_files_report(_first_container_id(engine))
+    report["engine_files"][point] = content
+    outcome = on_engine(outcome_of(session, engine, report_script(report)), "podman")
+    verdict = judged(judge_host_files, outcome, canary_secret="s3cr3t", host_devices=HOST_DEVICES)
+    assert any(f"the engine's {point} holds" in item for item in verdict.failures)
 
 
 def _first_container_id(engine: FakeEngine) -> str:

@@ -312,7 +312,14 @@ class ProgramRun:
 
     def _ack(self, stream: AttachStream) -> None:
         if not self.acked:
-            stream.send(wire.ACK)
+            try:
+                stream.send(wire.ACK)
+            except EngineError:
+                # Protocol 1's ACK only lets the bootstrap end before its short wait
+                # is over: a box that has already ended (Podman closes the attach
+                # connection with the box) has lost nothing. Protocol 2's is needed.
+                if self.many:
+                    raise
             self.acked = True
 
     def _files_broke_off(self, what: str, detail: str, quote: BoxQuote | None) -> None:

@@ -39,11 +39,21 @@ def podman_tmpfs_options(options: str, uid: int) -> str:
     return ",".join([*parts, "rprivate"])
 
 
-def tmpfs_view(value: Any) -> Any:
-    """A tmpfs map compared by each path's set of options (Podman reorders them)."""
-    if isinstance(value, Mapping):
-        return {path: sorted(str(options).split(",")) for path, options in value.items()}
-    return value
+def tmpfs_view(value: Any, uid: int | None = None) -> Any:
+    """A tmpfs map compared by each path's set of options (Podman reorders them).
+
+    Once the box has started, Podman shows its `U` as the owner it resolved:
+    `uid=<uid>,gid=<uid>`; with the box's own uid given, that pair reads as `U`."""
+    if not isinstance(value, Mapping):
+        return value
+    shown = {}
+    for path, options in value.items():
+        parts = set(str(options).split(","))
+        owner = {f"uid={uid}", f"gid={uid}"}
+        if uid is not None and owner <= parts:
+            parts = (parts - owner) | {"U"}
+        shown[path] = sorted(parts)
+    return shown
 
 
 def ulimits_view(value: Any) -> Any:
@@ -82,8 +92,9 @@ def _tmpfs(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
             ("HostConfig", "Tmpfs"),
             expected,
             f"{docker.why}; Podman: uid/gid as U (chown to the box's user), no copy-up, "
-            "rprivate, and no /run or /var/tmp tmpfs of its own",
-            view=tmpfs_view,
+            "rprivate, and no /run or /var/tmp tmpfs of its own; once started, U shows as "
+            "the box's uid and gid",
+            view=lambda value: tmpfs_view(value, spec.uid),
         ),
     )
 
@@ -169,8 +180,9 @@ MAPPINGS: dict[str, Mapping_] = {
     "Config.StdinOnce": _replace(
         ("Config", "StdinOnce"),
         False,
-        "it has no stdin-once (reported false): a box whose pybox vanished ends at its "
-        "backstop deadline, not at once",
+        "it reports no stdin-once (false), yet conmon closes the box's stdin when the "
+        "attach connection that carried it ends, as Docker's stdin-once does (a box that "
+        "must outlive it, a sandbox, is refused at create)",
         Check.EMPTY,
     ),
     "Config.AttachStdin": _replace(
@@ -234,3 +246,27 @@ def podman_requirements(spec: BoxSpec, table: tuple[Requirement, ...]) -> tuple[
         mapping = MAPPINGS.get(requirement.name)
         mapped.extend((requirement,) if mapping is None else mapping(spec, requirement))
     return tuple(mapped)
+
+
+# The fields Podman's read-back checks in place of each Docker field MAPPINGS
+# replaces by other paths (a field not listed is read back under its own name).
+# `pybox verify`'s posture case accepts a refusal named by any of them.
+READ_BACK_AS: dict[str, frozenset[str]] = {
+    "Config.NetworkDisabled": frozenset({"Libpod.HostConfig.NetworkMode"}),
+    "HostConfig.CapDrop": frozenset(
+        {"Libpod.BoundingCaps", "Libpod.EffectiveCaps", "Libpod.HostConfig.CapAdd"}
+    ),
+    "HostConfig.SecurityOpt": frozenset(
+        {"HostConfig.SecurityOpt", "Libpod.HostConfig.SecurityOpt"}
+    ),
+    "HostConfig.CgroupnsMode": frozenset({"Libpod.HostConfig.CgroupMode"}),
+    "HostConfig.Runtime": frozenset({"Libpod.OCIRuntime"}),
+    "HostConfig.LogConfig": frozenset({"HostConfig.LogConfig.Type", "HostConfig.LogConfig.Config"}),
+}
+
+
+def read_back_fields(engine: str, field: str) -> frozenset[str]:
+    """The posture fields that stand for Docker's `field` on `engine`."""
+    if engine == "podman":
+        return READ_BACK_AS.get(field, frozenset({field}))
+    return frozenset({field})

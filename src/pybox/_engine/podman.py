@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,28 @@ from pybox._core.errors import EngineError
 from pybox._core.seccomp import profile_sha256
 from pybox._engine.client import DockerEngine
 from pybox._engine.interface import JSONObject
-from pybox._engine.specgen import specgen
+from pybox._engine.specgen import PodmanUnsupported, specgen
 
 # Podman's own API, versioned by Podman's release (4.0.0 or later speaks this form).
 LIBPOD = "/v4.0.0/libpod"
 LIBPOD_KEY = "Libpod"
 ENGINE_NAME = "podman"
+# Podman's own states where Docker has one word for the same fact: `stopped` is
+# a box whose process has ended (its exit code recorded) before Podman's cleanup
+# has unmounted it, `exited` the same box after the cleanup; both are Docker's
+# `exited`. Every other state is Docker's word already.
+DOCKER_STATES = {"stopped": "exited"}
+
+
+def docker_state(compat: JSONObject) -> JSONObject:
+    """The compatible inspect answer with `State.Status` in Docker's words."""
+    state = compat.get("State")
+    if not isinstance(state, dict):
+        return compat
+    status = state.get("Status")
+    if not isinstance(status, str) or status not in DOCKER_STATES:
+        return compat
+    return {**compat, "State": {**state, "Status": DOCKER_STATES[status]}}
 
 
 def profile_dir() -> Path:
@@ -82,7 +99,33 @@ class PodmanEngine(DockerEngine):
         container_id = self._field(result, "Id")
         if not isinstance(container_id, str) or not container_id:
             raise EngineError(f"Podman created {name} but returned no container ID: {result!r}")
+        self._refuse_another_runtime(container_id, str(spec.get("oci_runtime") or ""))
         return container_id
+
+    def _refuse_another_runtime(self, container_id: str, asked: str) -> None:
+        """Podman 4.3 creates a box whose runtime it does not know with its default
+        runtime, silently: such a box is removed and refused like a create."""
+        if not asked:
+            return
+        own: Any = self._call(
+            "GET", f"{LIBPOD}/containers/{container_id}/json", versioned=False, answers={404: None}
+        )
+        got = own.get("OCIRuntime") if isinstance(own, dict) else None
+        if got == asked:
+            return
+        self.remove_container(container_id)
+        raise PodmanUnsupported(
+            "HostConfig.Runtime",
+            asked,
+            f"Podman does not know this runtime and made the box with {got!r} instead",
+        )
+
+    def list_containers(self, labels: Mapping[str, str | None]) -> list[JSONObject]:
+        listed = super().list_containers(labels)
+        return [
+            {**item, "State": DOCKER_STATES.get(str(item.get("State")), item.get("State"))}
+            for item in listed
+        ]
 
     def inspect_container(self, container_id: str) -> JSONObject | None:
         compat = super().inspect_container(container_id)
@@ -96,7 +139,7 @@ class PodmanEngine(DockerEngine):
         )
         if own is None:
             return None
-        return {**compat, LIBPOD_KEY: own}
+        return {**docker_state(compat), LIBPOD_KEY: own}
 
     def cgroup_path(self, container_id: str) -> str | None:
         """The started box's cgroup, as Podman reports it (None: not reported)."""

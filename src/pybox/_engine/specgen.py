@@ -128,6 +128,36 @@ _HOST_FIELDS = {
 }  # fmt: skip
 
 
+def _refuse_what_podman_would_not_apply(body: Mapping[str, Any], host: Mapping[str, Any]) -> None:
+    """Fields Podman would take and then run differently, without saying so."""
+    if body.get("OpenStdin") and body.get("StdinOnce") is False:
+        # conmon closes the box's stdin when an attach connection carrying it ends,
+        # unless started with --leave-stdin-open, which Podman (4.3 and later) never
+        # passes for a container: the box would end with the process that made it.
+        raise PodmanUnsupported(
+            "StdinOnce",
+            False,
+            "Podman closes a box's stdin when the attach connection that carried it "
+            "ends, so a box cannot outlive its creator's connection (a sandbox)",
+        )
+    network_none = str(host.get("NetworkMode") or "") == "none"
+    if network_none != bool(body.get("NetworkDisabled")):
+        # Podman has no switch apart from the network namespace: pybox's adapter
+        # accepts "no network" only when both of Docker's fields say so.
+        raise PodmanUnsupported(
+            "NetworkDisabled",
+            body.get("NetworkDisabled"),
+            f"Podman has only the network namespace (NetworkMode {host.get('NetworkMode')!r})",
+        )
+    for field in ("MaskedPaths", "ReadonlyPaths"):
+        if host.get(field) is not None:
+            # Podman applies its own default lists; an explicit one (on Docker, [] is
+            # none at all) would be dropped.
+            raise PodmanUnsupported(
+                f"HostConfig.{field}", host[field], "Podman applies its own default list"
+            )
+
+
 def specgen(
     name: str, body: Mapping[str, Any], profile_path: Callable[[str], str]
 ) -> dict[str, Any]:
@@ -142,6 +172,7 @@ def specgen(
             raise PodmanUnsupported(f"HostConfig.{key}", value, "not translated for Podman")
     if body.get("Tty"):
         raise PodmanUnsupported("Tty", True, "pybox boxes use plain pipes")
+    _refuse_what_podman_would_not_apply(body, host)
     user = str(body.get("User") or "")
     env = dict(item.split("=", 1) for item in body.get("Env") or [])
     no_new_privileges, seccomp_path, apparmor = _security(
@@ -168,11 +199,19 @@ def specgen(
         "entrypoint": list(body.get("Entrypoint") or []),
         "command": list(body.get("Cmd") or []),
         "env": env,
+        # Only the body's environment (it already holds the image's): none of
+        # Podman's defaults (`container=podman`, containers.conf's `TERM=xterm`).
+        "unsetenvall": True,
         "user": user,
+        # No /etc/passwd or /etc/group written on the host and bound into the box
+        # for a uid the image does not list (Podman's default); as on Docker.
+        "manage_password": False,
         "work_dir": body.get("WorkingDir") or "",
         "hostname": body.get("Hostname") or "",
         "labels": dict(body.get("Labels") or {}),
-        "healthconfig": body.get("Healthcheck") or {"Test": ["NONE"]},
+        # Exactly the body's (pybox's is `NONE`); none asked for is none sent, and
+        # the read-back sees the image's (Podman's inspect: null).
+        **({"healthconfig": body["Healthcheck"]} if body.get("Healthcheck") else {}),
         "stdin": bool(body.get("OpenStdin")),
         "terminal": False,
         "netns": _namespace(str(host.get("NetworkMode") or ""), "NetworkMode"),

@@ -75,30 +75,71 @@ def judge_host_files(
             "no named unix socket in /proc/net/unix",
         )
     container_id = receipt.observed_by_engine.container_id or "?"
+    engine_files = engine_box_files(receipt.configured.engine.name, container_id)
     mounts: list[dict[str, str]] = report.get("mounts") or []
-    bad = [m for m in mounts if not _contained_mount(m, container_id, host_devices)]
+    bad = [m for m in mounts if not _contained_mount(m, engine_files, host_devices)]
     verdict.check(len(mounts) > 3, "the program listed almost no mounts")
     if verdict.check(not bad, f"mounts from the host: {bad}"):
         verdict.saw(
             "program",
             f"{len(mounts)} mounts, none from the host: a read-only image root, fresh kernel "
             "filesystems and tmpfs (device numbers the host does not use), read-only cgroup "
-            "views, and the engine's own read-only /etc/hostname for this box",
+            "views, and the engine's own read-only files for this box: "
+            + ", ".join(sorted(engine_files)),
         )
+    _judge_engine_files(report, engine_files, mounts, verdict)
 
 
-def _contained_mount(mount: Mapping[str, str], container_id: str, host: frozenset[str]) -> bool:
+# The files an engine writes for each box, in its own per-box storage, and binds
+# read-only into it: mount point -> how the bound file's path ends, and what it
+# must hold (None: a mount point the engine may leave out).
+def engine_box_files(engine: str, container_id: str) -> dict[str, tuple[str, str]]:
+    if engine == "podman":
+        # Podman 4.3 cannot leave these out; both are written per box under
+        # .../overlay-containers/<id>/userdata/ and hold nothing of the host's.
+        return {
+            "/etc/hostname": (f"/{container_id}/userdata/hostname", f"read {BOX_HOSTNAME}\n"),
+            # Empty for a box that is not privileged (its content names the engine,
+            # the box and its image only for a privileged one).
+            "/run/.containerenv": (f"/{container_id}/userdata/.containerenv", "read "),
+        }
+    return {"/etc/hostname": (f"/{container_id}/hostname", f"read {BOX_HOSTNAME}\n")}
+
+
+def _judge_engine_files(
+    report: Mapping[str, Any],
+    engine_files: Mapping[str, tuple[str, str]],
+    mounts: list[dict[str, str]],
+    verdict: Verdict,
+) -> None:
+    seen: Mapping[str, str] = report.get("engine_files") or {}
+    bound = {m.get("mount_point") for m in mounts}
+    for point, (_, content) in sorted(engine_files.items()):
+        if point in bound:
+            # Docker ends the hostname with a newline, Podman does not.
+            verdict.check(
+                str(seen.get(point)).rstrip("\n") == content.rstrip("\n"),
+                f"the engine's {point} holds {seen.get(point)!r}, not {content!r}",
+            )
+
+
+def _contained_mount(
+    mount: Mapping[str, str], engine_files: Mapping[str, tuple[str, str]], host: frozenset[str]
+) -> bool:
     point, fstype, options = mount.get("mount_point"), mount.get("fstype"), mount.get("options", "")
     read_only = "ro" in options.split(",")
     if point == "/":
         return fstype == "overlay" and read_only
+    # The engine's own per-box files, bound read-only (from its storage, which may
+    # be a disk or a tmpfs of the host's); nothing else from a disk.
+    root = mount.get("root", "")
+    if point is not None and point in engine_files and root.endswith(engine_files[point][0]):
+        return read_only
     if fstype in FRESH_FILESYSTEMS:
         return mount.get("device") not in host
     if fstype in CGROUP_FILESYSTEMS:
         return read_only
-    # The engine bind-mounts its own per-box hostname file; nothing else from a disk.
-    root = mount.get("root", "")
-    return point == "/etc/hostname" and read_only and root.endswith(f"/{container_id}/hostname")
+    return False
 
 
 @dataclass(frozen=True)

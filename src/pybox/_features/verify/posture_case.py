@@ -19,6 +19,7 @@ from pybox._boxes.cleanup import remove_and_confirm
 from pybox._boxes.record import RunOutcome
 from pybox._core.errors import PyboxError
 from pybox._core.limits import MIB
+from pybox._core.posture_podman import read_back_fields
 from pybox._core.receipt import Status
 from pybox._core.seccomp import SECCOMP_PREFIX
 from pybox._engine import AttachStream, Engine, EngineEndpoint, JSONObject
@@ -371,11 +372,13 @@ def judge_weakened(
 ) -> bool:
     receipt = outcome.receipt
     fields = [m.field for m in receipt.observed_by_engine.posture_mismatches]
+    # Podman reads some of Docker's fields back under other names (posture_podman).
+    named = read_back_fields(receipt.configured.engine.name, weakening.field)
     label = f"{weakening.field} ({weakening.how})"
     return all(
         (
             verdict.check(
-                receipt.status is Status.SANDBOX_ERROR and weakening.field in fields,
+                receipt.status is Status.SANDBOX_ERROR and bool(named & set(fields)),
                 f"{label}: status {receipt.status.value}, mismatches {fields}",
             ),
             verdict.check(not hook.started and not hook.attached, f"{label}: the box started"),

@@ -51,6 +51,9 @@ for top, dirs, files in os.walk("/", onerror=lambda exc: None):
 # Unix sockets this network namespace can see, abstract ones included.
 report["unix_sockets"] = open("/proc/net/unix").read().splitlines()[1:]
 
+# What the engine's own per-box files hold (the judge knows which are bound in).
+report["engine_files"] = {path: try_read(path) for path in ("/etc/hostname", "/run/.containerenv")}
+
 # Every mount: mount point, root inside its filesystem, device, type, options.
 report["mounts"] = []
 for line in open("/proc/self/mountinfo"):

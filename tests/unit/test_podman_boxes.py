@@ -1,0 +1,179 @@
+"""What Podman would run differently from the body, refused or mapped: each pinned.
+
+Measured on Podman 4.3.1 (Debian 12, rootful, runc, cgroup v1): the box's
+environment and its /etc/passwd and /etc/group, an unknown runtime name, a
+body without a health check or masked paths, a box whose stdin must outlive
+its attach connection, the `stopped` state and the tmpfs owner once started.
+docs/engines.md lists each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from pybox._core import wire
+from pybox._core.posture import create_body, readback_requirements, requirements, verify
+from pybox._core.posture_podman import MAPPINGS, READ_BACK_AS, read_back_fields, tmpfs_view
+from pybox._core.receipt import Status
+from pybox._core.request import RunRequest
+from pybox._engine.endpoint import EngineEndpoint
+from pybox._engine.podman import PodmanEngine, docker_state
+from pybox._engine.specgen import PodmanUnsupported, specgen
+from pybox._orchestration.session import Session
+from tests.unit.fake_engine import FakeEngine, Script
+from tests.unit.test_posture_podman import SPEC, recorded
+
+
+def _specgen(body: dict[str, Any]) -> dict[str, Any]:
+    return specgen("pybox-x", body, lambda profile: "/profiles/seccomp-x.json")
+
+
+def test_the_box_gets_only_the_body_s_environment_and_no_written_passwd() -> None:
+    spec = _specgen(create_body(SPEC))
+    # Podman's defaults (container=podman, TERM=xterm) and its /etc/passwd and
+    # /etc/group entries for a uid the image does not list are switched off.
+    assert spec["unsetenvall"] is True
+    assert spec["manage_password"] is False
+    assert spec["env"] == dict(item.split("=", 1) for item in SPEC.environment())
+    assert spec["use_image_hosts"] is True and spec["use_image_resolve_conf"] is True
+
+
+def test_the_health_check_is_exactly_the_body_s() -> None:
+    body = create_body(SPEC)
+    assert _specgen(body)["healthconfig"] == {"Test": ["NONE"]}
+    del body["Healthcheck"]
+    assert "healthconfig" not in _specgen(body)
+
+
+def test_a_sandbox_is_refused_podman_closes_its_stdin_with_the_attach() -> None:
+    sandbox = dataclasses.replace(
+        SPEC, protocol=wire.SANDBOX, expires_at=2_000_000_000, sandbox_store="store"
+    )
+    body = create_body(sandbox)
+    assert body["StdinOnce"] is False
+    with pytest.raises(PodmanUnsupported) as caught:
+        _specgen(body)
+    assert caught.value.field == "StdinOnce"
+    assert "attach connection" in str(caught.value)
+    # Boxes whose stdin closes with pybox's connection are made as before.
+    assert create_body(SPEC)["StdinOnce"] is True
+    assert _specgen(create_body(SPEC))["stdin"] is True
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"NetworkDisabled": None}, "NetworkDisabled"),
+        ({"NetworkDisabled": False}, "NetworkDisabled"),
+        ({"HostConfig.MaskedPaths": []}, "HostConfig.MaskedPaths"),
+        ({"HostConfig.ReadonlyPaths": []}, "HostConfig.ReadonlyPaths"),
+        ({"HostConfig.MaskedPaths": ["/proc/kcore"]}, "HostConfig.MaskedPaths"),
+    ],
+)
+def test_a_field_podman_would_silently_run_otherwise_is_refused(
+    changes: dict[str, Any], field: str
+) -> None:
+    body = create_body(SPEC)
+    for name, value in changes.items():
+        if name.startswith("HostConfig."):
+            body["HostConfig"][name.split(".", 1)[1]] = value
+        else:
+            body[name] = value
+    with pytest.raises(PodmanUnsupported) as caught:
+        _specgen(body)
+    assert caught.value.field == field
+
+
+def test_a_box_on_a_network_says_so_in_both_fields() -> None:
+    body = create_body(SPEC)
+    body["NetworkDisabled"] = False
+    body["HostConfig"]["NetworkMode"] = "bridge"
+    assert _specgen(body)["netns"] == {"nsmode": "bridge"}
+
+
+class _Podman(PodmanEngine):
+    """PodmanEngine over canned answers: create, then its own inspect."""
+
+    def __init__(self, runtime: str) -> None:
+        super().__init__(EngineEndpoint("/nowhere.sock", "test", "podman"), "1.41", "4.3.1")
+        self.runtime = runtime
+        self.removed: list[str] = []
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        if path.endswith("/containers/create"):
+            return {"Id": "c" * 64}
+        return {"OCIRuntime": self.runtime}
+
+    def remove_container(self, container_id: str) -> bool:
+        self.removed.append(container_id)
+        return True
+
+
+def test_a_runtime_podman_does_not_know_is_refused_and_the_box_removed() -> None:
+    body = create_body(SPEC)
+    assert _Podman("runc").create_container("pybox-x", body) == "c" * 64
+    body["HostConfig"]["Runtime"] = "io.containerd.runc.v2"
+    # Podman 4.3 made this box with its default runtime (runc), silently.
+    engine = _Podman("runc")
+    with pytest.raises(PodmanUnsupported) as caught:
+        engine.create_container("pybox-x", body)
+    assert caught.value.field == "HostConfig.Runtime"
+    assert engine.removed == ["c" * 64]
+
+
+def test_stopped_reads_as_docker_s_exited() -> None:
+    answer: dict[str, Any] = {
+        "Id": "x",
+        "State": {"Status": "stopped", "Running": False, "ExitCode": 124},
+    }
+    assert docker_state(answer)["State"] == {"Status": "exited", "Running": False, "ExitCode": 124}
+    assert answer["State"]["Status"] == "stopped"  # not changed in place
+    for status in ("running", "created", "exited", "paused"):
+        assert docker_state({"State": {"Status": status}})["State"]["Status"] == status
+
+
+def test_a_started_box_s_tmpfs_owner_reads_as_u() -> None:
+    document = recorded()
+    owner = f"uid={SPEC.uid},gid={SPEC.uid}"
+    document["HostConfig"]["Tmpfs"] = {
+        path: options.replace("U", owner)
+        for path, options in document["HostConfig"]["Tmpfs"].items()
+    }
+    assert verify(SPEC, document).ok
+    other = f"uid={SPEC.uid + 1},gid={SPEC.uid + 1}"
+    document["HostConfig"]["Tmpfs"] = {
+        path: options.replace(owner, other)
+        for path, options in document["HostConfig"]["Tmpfs"].items()
+    }
+    report = verify(SPEC, document)
+    assert [m.field for m in report.mismatches] == ["HostConfig.Tmpfs"]
+    assert tmpfs_view({"/t": "rw,uid=5,gid=6"}, 5) == {"/t": ["gid=6", "rw", "uid=5"]}
+
+
+def test_read_back_as_names_the_fields_each_mapping_checks() -> None:
+    docker = {requirement.name: requirement for requirement in requirements(SPEC)}
+    mapped = {requirement.name for requirement in readback_requirements(SPEC)}
+    for field, mapping in MAPPINGS.items():
+        names = {requirement.name for requirement in mapping(SPEC, docker[field])}
+        assert names <= mapped
+        assert read_back_fields("podman", field) == READ_BACK_AS.get(field, frozenset({field}))
+        assert names == set(read_back_fields("podman", field)), field
+    assert read_back_fields("docker", "HostConfig.CapDrop") == {"HostConfig.CapDrop"}
+
+
+@pytest.mark.parametrize("backstop", [False, True])
+def test_a_box_that_ended_before_its_ack_is_not_an_engine_failure(
+    session: Session, engine: FakeEngine, backstop: bool
+) -> None:
+    """Podman closes the attach connection once the box has ended: protocol 1's
+    last ACK (only there to let the bootstrap end early) may find it closed."""
+    engine.closes_attach_on_exit = True
+    engine.script = Script(stdout=b"hi\n", exit_code=124 if backstop else 0, backstop=backstop)
+    outcome = session.run(RunRequest(code=b"pass"))
+    assert outcome.stdout == b"hi\n"
+    assert outcome.receipt.status is not Status.SANDBOX_ERROR
+    assert outcome.receipt.exit_code == (124 if backstop else 0)
+    assert outcome.receipt.observed_by_engine.removal_confirmed
