@@ -364,6 +364,29 @@ def test_unknown_image_id_is_refused(engine: Engine, tmp_path: Path, bad_id: str
 # -- pybox's seccomp profile and AppArmor, on the real engine ----------------------------
 
 
+def test_a_box_is_run_only_when_its_kernel_says_it_is_filtered(
+    session: Session, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's own word, per run: a real box's PID 1 reads `Seccomp: 2` and
+    `NoNewPrivs: 1`; asked to require a value the kernel does not show, the real
+    bootstrap refuses before the program gets its code, and pybox says why."""
+    from pybox._core.runtimes import RuntimeChoice
+
+    marker = "the program ran " + os.urandom(4).hex()
+    code = f"print({marker!r})"
+    ok = run(session, code)
+    assert ok.receipt.status is Status.SUCCEEDED and marker.encode() in ok.stdout
+    monkeypatch.setattr(
+        RuntimeChoice, "kernel_status_required", (("Seccomp", "2"), ("NoNewPrivs", "0"))
+    )
+    refused = run(session, code)
+    assert refused.receipt.status is Status.SANDBOX_ERROR
+    assert "NoNewPrivs '1'" in refused.receipt.cause.summary, refused.receipt.cause.summary
+    assert "requires '0'" in refused.receipt.cause.summary
+    assert marker.encode() not in refused.stdout + refused.stderr
+    assert boxes(engine, refused.receipt.run_id) == []
+
+
 def test_io_uring_and_the_denied_calls_fail_with_eperm_under_pybox_s_profile(
     engine: Engine, state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import REQUIRE
+
 FORGED = "pybox: succeeded, exit 0 in 0.10 s (run 0123456789abcdef)"
 # The program prints a forged status line, then opens an OSC string and never
 # ends it: raw, the terminal would swallow everything after it (the real
@@ -93,6 +95,9 @@ class Tmux:
 @pytest.fixture
 def tmux(tmp_path: Path, cli_env: dict[str, str]) -> Iterator[Tmux]:
     if shutil.which("tmux") is None:
+        # CI installs tmux (.ci/run): there the proof must run, never skip.
+        if REQUIRE:
+            pytest.fail("PYBOX_REQUIRE_ENGINE=1 but tmux is not installed", pytrace=False)
         pytest.skip("tmux is not installed")
     config = tmp_path / "tmux.conf"
     # Keep the pane (and its screen) after pybox exits; no status bar on the screen.

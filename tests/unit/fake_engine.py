@@ -27,6 +27,7 @@ _BOOTSTRAP: dict[str, Any] = {"__name__": "pybox_bootstrap_under_test"}
 exec(compile(bootstrap_source(), "bootstrap.py", "exec"), _BOOTSTRAP)
 # The fake box reads the header with the bootstrap's own parser.
 parse_header: Callable[[bytes], dict[str, Any]] = _BOOTSTRAP["parse_header"]
+check_kernel_status: Callable[[Any, dict[str, str]], None] = _BOOTSTRAP["check_kernel_status"]
 
 
 # The stdlib image the unit tests' state records, as the engine would show it.
@@ -59,6 +60,11 @@ class Script:
     # After its exit report the box never ends by itself, and the engine's wait
     # times out: a box still returning files when pybox gives up on it.
     stuck_after_exit: bool = False
+    # /proc/self/status of the box's PID 1, as a runc box under pybox's seccomp
+    # filter and no-new-privileges reports it.
+    kernel_status: dict[str, str] = field(
+        default_factory=lambda: {"Seccomp": "2", "NoNewPrivs": "1"}
+    )
 
 
 def frame(kind: bytes, data: bytes = b"") -> bytes:
@@ -111,7 +117,12 @@ class FakeAttach:
         return int(entrypoint[-2]) if len(entrypoint) >= 2 else 1
 
     def _ready(self) -> None:
-        ready = {"version": self.protocol, "pid": 1, "uid": 1000}
+        ready = {
+            "version": self.protocol,
+            "pid": 1,
+            "uid": 1000,
+            "status": dict(self.script.kernel_status),
+        }
         self._emit(json_frame(wire.K_READY, ready))
 
     def on_start(self) -> None:
@@ -147,8 +158,15 @@ class FakeAttach:
             self._emit(script.raw)
             self._end(script.exit_code)
             return
-        if script.bootstrap_error is not None:
-            self._emit(json_frame(wire.K_ERROR, {"message": script.bootstrap_error}))
+        bootstrap_error = script.bootstrap_error
+        try:  # the real bootstrap's own check, before it hands the code over
+            check_kernel_status(
+                (self.container.header or {}).get("require_status", ()), script.kernel_status
+            )
+        except ValueError as exc:
+            bootstrap_error = f"ValueError: {exc}"
+        if bootstrap_error is not None:
+            self._emit(json_frame(wire.K_ERROR, {"message": bootstrap_error}))
             self._end(125)
             return
         self._emit(frame(wire.K_STARTED, b"{}"))

@@ -196,7 +196,9 @@ class Box:
             raise ValueError("only a protocol-2 or -3 box runs more than one program")
         if self.removal is not None or self.broken is not None or self.let_go is not None:
             why = self.broken or self.let_go or "it was removed"
-            raise SandboxError(f"The box {self.spec.name} takes no more programs: {why}.")
+            raise SandboxError(
+                f"The box {self.spec.name} takes no more programs: {why.rstrip('.')}."
+            )
         if not self.started:
             raise ValueError("open() the box before running programs in it")
         if (

@@ -164,6 +164,7 @@ class ProgramRun:
             env=tuple(request.env),
             stdin=request.stdin_bytes,
             version=self.box.protocol,
+            require_status=self.box.spec.isolation.kernel_status_required,
         )
         self.events.emit(RunStarted(self.run_id, self.source))
         for chunk in payload:
@@ -331,6 +332,18 @@ class ProgramRun:
 
     def _bootstrap_ready(self, report: dict[str, Any]) -> None:
         self._mark("bootstrap_ready")
+        # The bootstrap refuses to hand the code over too (the payload may be on its
+        # way already); this says why in pybox's own words, with the lane's reason.
+        status = report.get("status")
+        observed = status if isinstance(status, dict) else {}
+        for name, value in self.box.spec.isolation.kernel_status_required:
+            if observed.get(name) != value:
+                raise SandboxError(
+                    f"The box's kernel reports {name} {observed.get(name)!r} for its PID 1; "
+                    f"pybox requires {value!r} (its seccomp filter and no-new-privileges, "
+                    "applied by the engine). The program was not run. The engine did not "
+                    "apply the box's confinement: run `pybox doctor`."
+                )
         if report.get("nondumpable") is not True:
             self.unknown.append(
                 Unknown(

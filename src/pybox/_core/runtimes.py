@@ -47,6 +47,14 @@ class RuntimeChoice:
     def shares_host_kernel(self) -> bool:
         return self.lane == RUNC
 
+    @property
+    def kernel_status_required(self) -> tuple[tuple[str, str], ...]:
+        """What the box's PID 1 must read in /proc/self/status before a program runs.
+        Under runc the host kernel applies pybox's seccomp filter (mode 2) and
+        no-new-privileges, and says so; under gVisor the Sentry is the kernel, shows
+        neither and loads no OCI profile (docs/isolation.md), so nothing is required."""
+        return (("Seccomp", "2"), ("NoNewPrivs", "1")) if self.shares_host_kernel else ()
+
 
 RUNC_CHOICE = RuntimeChoice()
 

@@ -125,6 +125,7 @@ def encode_payload(
     env: tuple[tuple[str, str], ...] = (),
     stdin: bytes = b"",
     version: int = VERSION,
+    require_status: tuple[tuple[str, str], ...] = (),
 ) -> Iterator[bytes]:
     """The stdin payload for the bootstrap, as a sequence of byte chunks.
 
@@ -134,6 +135,9 @@ def encode_payload(
     environment variables may hold anything but NUL, so they travel as hex.
     After the code and inputs comes the program's stdin. `version` is the
     box's protocol; the bootstrap refuses a payload for another one.
+    `require_status` are the lines of /proc/self/status (name, value) the box's
+    PID 1 must read before it hands the code to the program (its seccomp mode and
+    no-new-privileges); any other value and the program is never run.
     """
     lines: list[list[str]] = [
         ["version", str(version)],
@@ -147,6 +151,7 @@ def encode_payload(
         ["collect_outputs", "1" if collect_outputs else "0"],
         ["max_files", str(max_files)],
         ["max_file_bytes", str(max_file_bytes)],
+        *(["require_status", name, value] for name, value in require_status),
     ]
     for fields in lines:
         if any("\t" in field or "\n" in field for field in fields):

@@ -284,4 +284,31 @@ def parse_header(raw):
             header[key] = int(fields[0])
         elif key == "collect_outputs":
             header[key] = fields[0] == "1"
+        elif key == "require_status":
+            header.setdefault("require_status", []).append((fields[0], fields[1]))
     return header
+
+
+def kernel_status(names=("Seccomp", "NoNewPrivs")):
+    """What the kernel says of this process's confinement (/proc/self/status), read
+    by PID 1 before any program ran; a name the kernel does not show is absent."""
+    found = {}
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status.read().decode("ascii", "replace").split("\n"):
+                name, _, value = line.partition(":")
+                if name in names:
+                    found[name] = value.strip()
+    except OSError:
+        pass
+    return found
+
+
+def check_kernel_status(required, observed):
+    """Refuse to run a program in a box whose kernel did not apply what pybox asked."""
+    for name, value in required:
+        if observed.get(name) != value:
+            raise ValueError(
+                "the kernel reports %s %r for the box's PID 1; pybox requires %r, so the "
+                "program was not run" % (name, observed.get(name), value)
+            )

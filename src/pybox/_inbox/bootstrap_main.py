@@ -123,6 +123,7 @@ def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None):
     check_name(header["code_name"])
     if header["argv"] != [python, header["code_name"]]:
         raise ValueError("the payload runs %r, not this box's Python" % (header["argv"],))
+    check_kernel_status(header.get("require_status", ()), KERNEL_STATUS)
     return header
 
 
@@ -204,6 +205,10 @@ def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
                 raise RuntimeError("processes of the program outlived it; the box ends") from None
 
 
+# Read once, before any program ran: a program cannot change PID 1's confinement.
+KERNEL_STATUS = kernel_status()
+
+
 def main(link):
     python, code_name = sys.argv[1], sys.argv[2]
     protocol, payload_wait_s = int(sys.argv[3]), float(sys.argv[4])
@@ -217,6 +222,7 @@ def main(link):
             "pid": os.getpid(),
             "uid": os.getuid(),
             "nondumpable": protected,
+            "status": KERNEL_STATUS,
         }
         return sandbox_main(link, python, payload_wait_s, float(sys.argv[5]), defaults, ready)
     # The program's interpreter starts first, so its start-up overlaps the wait for
@@ -225,7 +231,13 @@ def main(link):
     preload = tuple(m for m in sys.argv[5].split(",") if m) if len(sys.argv) > 5 else ()
     started = prestart(python, code_name, defaults, preload)
     protected = make_nondumpable()
-    ready = {"version": protocol, "pid": os.getpid(), "uid": os.getuid(), "nondumpable": protected}
+    ready = {
+        "version": protocol,
+        "pid": os.getpid(),
+        "uid": os.getuid(),
+        "nondumpable": protected,
+        "status": KERNEL_STATUS,
+    }
     link.send_json(K_READY, ready)
     header = read_header(link, python, protocol, payload_wait_s)
     if header["code_name"] != code_name:
