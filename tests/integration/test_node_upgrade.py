@@ -1,12 +1,20 @@
 """Can examples/node-upgrade move from Node 18 to Node 20? On the real engine, in
-an experiment of the `node20` environment (network `none`: the library has no
-dependencies, so `npm install` fetches nothing): `npm install` fails on the
+an experiment of the `node20` environment in `packages` mode: `npm install` fails on the
 engine check, package.json is fixed with write_file, `npm install` passes,
 `run_tests` names the two tests that Node 20's end of DEP0164 breaks, the code is
 fixed, the tests pass, `inspect_changes` shows the two changes, the files are
 kept, the experiment is destroyed and the project on the host is byte for byte
 unchanged. The same steps through the official MCP SDK client over stdio; and
-on `node18`, as a control, the untouched project installs and passes.
+on `node18`, as a control (network `none`), the untouched project installs and
+passes.
+
+The registry is this machine's npm's (`npm config get registry`, read at test
+time; no host name is written here), allowed through the operator config of the
+test's own private state (`[egress]`: `allow_hosts`, and `private_addresses`
+when this machine's resolver answers a non-global address for it). The library
+has no dependencies, so `npm install` fetches nothing; `npm ping` proves the
+box reaches the registry through pybox's proxy, and its receipt lists exactly
+that host.
 
 Skipped when the environments are not recorded (`pybox image build node20`),
 unless CI requires them (PYBOX_REQUIRE_TOOLCHAINS=1)."""
@@ -17,19 +25,23 @@ import hashlib
 import io
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from pybox._adapters.config import load_settings
 from pybox._adapters.state import StateStore
 from pybox._core.experiment_settings import ExperimentSettings
-from pybox._core.limits import MIB, LimitRequest
+from pybox._core.limits import MIB, LimitRequest, Policy
 from pybox._engine import Engine
 from pybox._features.experiments.service import Experiments
 from pybox._orchestration.session import Session
+from tests.integration.test_egress import non_global
 from tests.integration.test_experiments import snapshot
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node-upgrade"
@@ -57,6 +69,37 @@ def require(state_dir: Path, *names: str) -> None:
             pytest.skip(message)
 
 
+def registry_host() -> str:
+    """This machine's npm registry's host name, as its npm says (argv, no shell)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        message = "no npm on this machine: its registry cannot be read for packages mode"
+        if REQUIRE:
+            pytest.fail(message)
+        pytest.skip(message)
+    said = subprocess.run(
+        [npm, "config", "get", "registry"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
+    host = urlsplit(said).hostname
+    assert urlsplit(said).scheme == "https" and host, said
+    return host
+
+
+@pytest.fixture
+def operator_config(tmp_path: Path) -> tuple[Path, str]:
+    """The operator's config (in the test's private state) allowing packages mode
+    to this machine's npm registry only; and that host."""
+    host = registry_host()
+    private = "true" if non_global((host,)) else "false"
+    path = tmp_path / "operator" / "config.toml"
+    path.parent.mkdir()
+    path.write_text(
+        '[egress]\nmodes = ["none", "packages"]\n'
+        f'allow_hosts = ["{host}"]\nmachine_config = false\nprivate_addresses = {private}\n'
+    )
+    return path, host
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "projects" / "node-upgrade"
@@ -65,7 +108,11 @@ def project(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def experiments(session: Session, project: Path) -> Iterator[Experiments]:
+def experiments(
+    engine: Engine, state_dir: Path, project: Path, operator_config: tuple[Path, str]
+) -> Iterator[Experiments]:
+    settings = load_settings({"PYBOX_CONFIG": str(operator_config[0])})
+    session = Session(engine, StateStore(state_dir), Policy(), egress_settings=settings.egress)
     service = Experiments(
         session,
         session.sandboxes(),
@@ -75,16 +122,23 @@ def experiments(session: Session, project: Path) -> Iterator[Experiments]:
     yield service
     for record in service.ledger.list():
         service.destroy(record.experiment_id)
+    session.close()
 
 
 def test_the_upgrade_to_node_20_in_an_experiment(
-    experiments: Experiments, project: Path, state_dir: Path, engine: Engine
+    experiments: Experiments,
+    project: Path,
+    state_dir: Path,
+    engine: Engine,
+    operator_config: tuple[Path, str],
 ) -> None:
     require(state_dir, "node20")
     before = snapshot(project)
-    record = experiments.create(str(project), environment="node20", limits=LIMITS)
+    record = experiments.create(
+        str(project), environment="node20", limits=LIMITS, egress="packages"
+    )
     experiment_id = record.experiment_id
-    assert (record.doc["environment"], record.doc["egress"]) == ("node20", "none")
+    assert (record.doc["environment"], record.doc["egress"]) == ("node20", "packages")
     node = experiments.execute(experiment_id, ["node", "--version"])
     assert node.doc["stdout"].startswith("v20."), node.doc
 
@@ -95,6 +149,14 @@ def test_the_upgrade_to_node_20_in_an_experiment(
     experiments.write_file(experiment_id, "package.json", fixed("package.json", ENGINES))
     installed = experiments.execute(experiment_id, NPM_INSTALL)
     assert (installed.state, installed.doc["exit_code"]) == ("completed", 0), installed.doc
+    # The registry, through pybox's proxy: the receipt lists exactly its host.
+    ping = experiments.execute(experiment_id, ["npm", "ping"])
+    assert ping.doc["exit_code"] == 0, ping.doc
+    run = experiments.session.store().get_run(ping.doc["run_id"])
+    assert run is not None and run.receipt is not None
+    seen = run.receipt["observed_by_pybox"]["egress"]
+    assert run.receipt["configured"]["network"] == "packages"
+    assert [h["host"] for h in seen["hosts"]] == [operator_config[1]], seen
 
     failing = experiments.run_tests(experiment_id)
     tests = failing.doc["tests"]
@@ -135,6 +197,7 @@ def test_on_node_18_the_project_installs_and_passes_as_it_is(
 ) -> None:
     require(state_dir, "node18")
     record = experiments.create(str(project), environment="node18", limits=LIMITS)
+    assert record.doc["egress"] == "none"
     installed = experiments.execute(record.experiment_id, NPM_INSTALL)
     assert installed.doc["exit_code"] == 0, installed.doc
     tests = experiments.run_tests(record.experiment_id).doc["tests"]
@@ -143,7 +206,7 @@ def test_on_node_18_the_project_installs_and_passes_as_it_is(
 
 
 def test_the_upgrade_through_the_mcp_sdk_client(
-    project: Path, state_dir: Path, engine: Engine
+    project: Path, state_dir: Path, engine: Engine, operator_config: tuple[Path, str]
 ) -> None:
     require(state_dir, "node20")
     anyio = pytest.importorskip("anyio")
@@ -156,7 +219,7 @@ def test_the_upgrade_through_the_mcp_sdk_client(
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", "pybox", "mcp", "--project-root", str(project.parent)],
-        env=server_env(state_dir),
+        env=server_env(state_dir) | {"PYBOX_CONFIG": str(operator_config[0])},
     )
 
     async def call(
@@ -168,37 +231,50 @@ def test_the_upgrade_through_the_mcp_sdk_client(
         structure: dict[str, Any] = result.structured_content
         return structure
 
+    async def steps(client: Any, experiment_id: str) -> dict[str, Any]:
+        run = {"experiment_id": experiment_id, "argv": NPM_INSTALL}
+        refused = await call(client, "execute_experiment", run, fails=True)
+        assert refused["exit_code"] == 1 and "EBADENGINE" in refused["stderr"], refused
+        content = fixed("package.json", ENGINES).decode()
+        args = {"experiment_id": experiment_id, "path": "package.json", "content": content}
+        await call(client, "write_sandbox_file", args)
+        installed = await call(client, "execute_experiment", run)
+        assert installed["exit_code"] == 0, installed
+        ping = {"experiment_id": experiment_id, "argv": ["npm", "ping"]}
+        assert (await call(client, "execute_experiment", ping))["exit_code"] == 0
+        failing = await call(client, "run_tests", {"experiment_id": experiment_id}, fails=True)
+        assert failing["tests"]["failing"] == BROKEN, failing
+        content = fixed("lib/status.js", EXIT_CODE).decode()
+        args = {"experiment_id": experiment_id, "path": "lib/status.js", "content": content}
+        await call(client, "write_sandbox_file", args)
+        passing = await call(client, "run_tests", {"experiment_id": experiment_id})
+        assert (passing["tests"]["passed"], passing["tests"]["failed"]) == (3, 0), passing
+        changes = await call(client, "inspect_changes", {"experiment_id": experiment_id})
+        paths = ["package.json", "lib/status.js"]
+        kept = await call(
+            client, "collect_artifacts", {"experiment_id": experiment_id, "paths": paths}
+        )
+        return {"changes": changes, "kept": kept}
+
     async def main() -> dict[str, Any]:
         async with client_module.Client(server) as client:
-            created = await call(
-                client,
-                "create_experiment",
-                {"project": str(project), "environment": "node20", "limits": {"timeout_s": 120}},
-            )
-            experiment_id = created["experiment_id"]
-            run = {"experiment_id": experiment_id, "argv": NPM_INSTALL}
-            refused = await call(client, "execute_experiment", run, fails=True)
-            assert refused["exit_code"] == 1 and "EBADENGINE" in refused["stderr"], refused
-            content = fixed("package.json", ENGINES).decode()
-            args = {"experiment_id": experiment_id, "path": "package.json", "content": content}
-            await call(client, "write_sandbox_file", args)
-            installed = await call(client, "execute_experiment", run)
-            assert installed["exit_code"] == 0, installed
-            failing = await call(client, "run_tests", {"experiment_id": experiment_id}, fails=True)
-            assert failing["tests"]["failing"] == BROKEN, failing
-            content = fixed("lib/status.js", EXIT_CODE).decode()
-            args = {"experiment_id": experiment_id, "path": "lib/status.js", "content": content}
-            await call(client, "write_sandbox_file", args)
-            passing = await call(client, "run_tests", {"experiment_id": experiment_id})
-            assert (passing["tests"]["passed"], passing["tests"]["failed"]) == (3, 0), passing
-            changes = await call(client, "inspect_changes", {"experiment_id": experiment_id})
-            kept = await call(
-                client,
-                "collect_artifacts",
-                {"experiment_id": experiment_id, "paths": ["package.json", "lib/status.js"]},
-            )
-            final = await call(client, "destroy_experiment", {"experiment_id": experiment_id})
-            return {"changes": changes, "kept": kept, "final": final}
+            asked = {
+                "project": str(project),
+                "environment": "node20",
+                "limits": {"timeout_s": 120},
+                "egress": "packages",
+            }
+            created = await client.call_tool("create_experiment", asked)
+            assert created.is_error is False, created
+            words = created.content[0].text
+            assert "reaches the operator's package registries only" in words, words
+            experiment_id = created.structured_content["experiment_id"]
+            try:
+                done = await steps(client, experiment_id)
+            finally:  # a sandbox outlives the server: never leave it behind
+                args = {"experiment_id": experiment_id}
+                final = await call(client, "destroy_experiment", args)
+            return done | {"final": final}
 
     outcome = anyio.run(main)
     modified = sorted(c["path"] for c in outcome["changes"]["modified"])
