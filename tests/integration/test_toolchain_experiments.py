@@ -1,8 +1,9 @@
 """Go and Rust experiments on the real engine: examples/go-failing and
 examples/rust-failing are copied into boxes of the `go` and `rust` environments
 (built from locks/go.toml and locks/rust.toml; no network), `run_tests` detects
-the runner and names the one failing test, a fix makes it pass, and the caches
-the toolchains wrote stay out of the changes. Skipped when the environment is not
+the runner and names the one failing test (the compiled test programs run: the
+recipes' `workspace_exec` mounts the workspace, and only it, without noexec), a
+fix makes it pass, and the caches the toolchains wrote stay out of the changes. Skipped when the environment is not
 recorded (`pybox image build go`, `pybox image build rust`), unless CI requires it."""
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ CASES = {
 }
 
 
+def mount_options(experiments: Experiments, experiment_id: str) -> dict[str, set[str]]:
+    """Each mount point's options, as the kernel shows them inside the box."""
+    mounts = experiments.execute(experiment_id, ["cat", "/proc/self/mounts"])
+    assert mounts.doc["exit_code"] == 0, mounts.doc
+    return {
+        fields[1]: set(fields[3].split(","))
+        for fields in (line.split() for line in mounts.doc["stdout"].splitlines())
+        if len(fields) > 3
+    }
+
+
 @pytest.fixture
 def experiments(session: Session, tmp_path: Path) -> Iterator[Experiments]:
     service = Experiments(
@@ -79,17 +91,17 @@ def test_the_failing_test_is_named_then_fixed(
     who = experiments.execute(record.experiment_id, ["id", "-u"])
     assert who.doc["stdout"].strip() != "0"  # non-root, like every box
 
+    # The recipe's workspace_exec: only the workspace tmpfs is exec-able, as the
+    # engine mounted it (the kernel's own table, read in the box).
+    options = mount_options(experiments, record.experiment_id)
+    assert {"nosuid", "nodev"} <= options["/pybox"] and "noexec" not in options["/pybox"]
+    assert {"nosuid", "nodev", "noexec"} <= options["/tmp"], options
+    assert "noexec" in options["/dev/shm"] and "ro" in options["/"], options
+
     first = experiments.run_tests(record.experiment_id)
     tests = first.doc["tests"]
     assert first.doc["argv"] == list(argv), first.doc
     shown = (first.doc.get("stdout", ""), first.doc.get("stderr", ""))
-    if "permission denied" in (shown[0] + shown[1]).lower() and tests["failed"] == 0:
-        # Go and cargo run the test programs they compile, in the workspace; every
-        # writable place of a box is mounted noexec (pybox._core.posture.TMPFS_FLAGS).
-        pytest.xfail(
-            f"{environment}: the compiled test program could not be run: the box's writable "
-            "places are noexec (docs/environments.md, 'Running compiled tests')"
-        )
     assert (tests["parsed"], tests["failing"], tests["failed"]) == (True, [failing], 1), shown
     assert tests["passed"] == 2 and tests["runner"] == {"go": "go", "rust": "cargo"}[environment]
 
@@ -132,6 +144,9 @@ def test_node_s_own_runner_names_the_failing_test(
     (project / ".npmrc").write_text("engine-strict=true\n")  # settings only: copied
     (project / "test" / "a.test.js").write_bytes(NODE_TEST)
     record = experiments.create(str(project), environment=environment, limits=LIMITS)
+    # Node's recipes ask for no exec-able workspace: every writable place is noexec.
+    options = mount_options(experiments, record.experiment_id)
+    assert all("noexec" in options[path] for path in ("/pybox", "/tmp", "/dev/shm")), options
     copied = experiments.read_file(record.experiment_id, ".npmrc")
     assert copied == b"engine-strict=true\n"
     npm = experiments.execute(record.experiment_id, ["npm", "config", "get", "cache"])

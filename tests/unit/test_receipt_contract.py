@@ -54,6 +54,7 @@ PINNED = {
         "libraries",
         "isolation",
         "preload",
+        "executable_paths",
     ],
     "configured.isolation": [
         "lane",

@@ -255,6 +255,7 @@ def _configured(record: RunRecord) -> Configured:
         collect_outputs=record.collect_outputs,
         isolation=isolation_facts(spec.isolation, record.limits),
         preload=record.spec.preload if _preload_asked(record) else (),
+        executable_paths=spec.executable_paths,
     )
 
 

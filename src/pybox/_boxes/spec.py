@@ -97,6 +97,8 @@ def box_spec(
         engine=context.engine.name,
         egress=egress or EgressPlan(),
         preload=preload,
+        # From the recorded image's recipe only: no request can ask for it.
+        workspace_exec=image.workspace_exec,
     )
 
 

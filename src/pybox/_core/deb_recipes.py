@@ -44,7 +44,7 @@ _SUITE = re.compile(r"[a-z][a-z0-9-]*")
 _ARCHITECTURE = re.compile(r"[a-z0-9]+")
 _FIELDS = frozenset(
     {"name", "description", "suite", "architecture", "install", "toolchain",
-     "release_sha256", "env", "packages"}
+     "release_sha256", "env", "packages", "workspace_exec"}
 )  # fmt: skip
 # pybox's own variables are not the recipe's to change.
 _RESERVED_ENV = frozenset({"PATH", "HOME", "TMPDIR", "LANG", "USER"})
@@ -62,6 +62,9 @@ class DebRecipe:
     env: tuple[tuple[str, str], ...]
     packages: tuple[tuple[str, str], ...]  # (name, version), sorted by name
     source: str  # the file it was read from (for messages)
+    # The boxes' workspace tmpfs (/pybox) is mounted without noexec: for compiled
+    # toolchains, which run the programs they build (go test, cargo test).
+    workspace_exec: bool = False
 
     @property
     def bootstrap_packages(self) -> tuple[str, ...]:
@@ -129,6 +132,9 @@ def parse_recipe(text: str, source: str, name: str) -> DebRecipe:
         for k, v in packages.items()
     ):
         raise _fail(source, "[packages] must map package names to versions")
+    workspace_exec = data.get("workspace_exec", False)
+    if not isinstance(workspace_exec, bool):
+        raise _fail(source, "workspace_exec must be true or false")
     description = data.get("description", "")
     return DebRecipe(
         name=name,
@@ -141,6 +147,7 @@ def parse_recipe(text: str, source: str, name: str) -> DebRecipe:
         env=tuple(sorted(env.items())),
         packages=tuple(sorted(packages.items())),
         source=source,
+        workspace_exec=workspace_exec,
     )
 
 

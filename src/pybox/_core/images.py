@@ -26,6 +26,12 @@ LABEL_PYTHON = "io.pybox.python"
 # rebuild removes the image it replaced only when this state directory made it,
 # since another one (another user, a copied images.json) may still record it.
 LABEL_STATE = "io.pybox.state"
+# Set ("true") on an environment whose recipe asks for an exec-able workspace
+# (`workspace_exec = true`: compiled toolchains run what they build there).
+LABEL_WORKSPACE_EXEC = "io.pybox.workspace-exec"
+# The recipe's own keys (Recipe.to_dict); a record may hold more beside them
+# (an environment's toolchain versions and description), outside the hash.
+RECIPE_KEYS = ("name", "base", "suite", "mirror", "packages", "builder_version", "extra")
 
 
 def state_mark(state_root: str) -> str:
@@ -130,11 +136,21 @@ class ImageRecord:
         return ()
 
     @property
+    def workspace_exec(self) -> bool:
+        """Whether this image's boxes get a workspace (`/pybox`) mounted without
+        `noexec`: only an environment whose recipe says `workspace_exec = true`
+        (from the recipe, so the recipe hash covers it; never from a client)."""
+        return ["workspace_exec", "true"] in [list(item) for item in self.recipe.get("extra", [])]
+
+    @property
     def recipe_matches_hash(self) -> bool:
         """Whether the recorded recipe is the one the recorded hash names (the
         engine's label is checked against the hash, so this ties the recipe,
-        and the preload list in it, to the image)."""
-        canonical = json.dumps(self.recipe, sort_keys=True, separators=(",", ":"))
+        and the preload list and workspace_exec in it, to the image). Only the
+        recipe's own keys count: an environment's record adds its toolchain
+        versions and description beside them."""
+        own = {key: self.recipe[key] for key in RECIPE_KEYS if key in self.recipe}
+        canonical = json.dumps(own, sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest() == self.recipe_hash
 
     @property

@@ -79,6 +79,10 @@ LABEL_SANDBOX = "io.pybox.sandbox"
 
 # Paths the engine masks or makes read-only by default; pybox insists on them.
 TMPFS_FLAGS = "rw,nosuid,nodev,noexec"
+# The workspace tmpfs (/pybox) of an environment whose recipe says
+# `workspace_exec = true` (compiled toolchains: go test, cargo test run what they
+# build there). Still nosuid and nodev; /tmp and /dev/shm stay noexec.
+WORKSPACE_EXEC_FLAGS = "rw,nosuid,nodev,exec"
 
 
 def box_environment(
@@ -133,6 +137,10 @@ class BoxSpec:
     # A warm box's modules to import before its code arrives (the image's list;
     # pybox._core.preload). Part of the entrypoint, so read back like the rest.
     preload: tuple[str, ...] = ()
+    # The workspace tmpfs without noexec: only from the image's recipe (the
+    # record's `workspace_exec`, tied to the image by its recipe hash), never
+    # from a request. Part of HostConfig.Tmpfs, so read back like the rest.
+    workspace_exec: bool = False
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -195,10 +203,16 @@ class BoxSpec:
             **({LABEL_SANDBOX: self.sandbox_store} if self.protocol == SANDBOX else {}),
         }
 
+    @property
+    def executable_paths(self) -> tuple[str, ...]:
+        """The writable places mounted without noexec (the receipt says them)."""
+        return (PYBOX_ROOT,) if self.workspace_exec else ()
+
     def tmpfs(self) -> dict[str, str]:
         size = self.limits.writable_bytes
+        workspace = WORKSPACE_EXEC_FLAGS if self.workspace_exec else TMPFS_FLAGS
         return {
-            PYBOX_ROOT: f"{TMPFS_FLAGS},size={size},uid={self.uid},gid={self.uid},mode=0755",
+            PYBOX_ROOT: f"{workspace},size={size},uid={self.uid},gid={self.uid},mode=0755",
             TMP_DIR: f"{TMPFS_FLAGS},size={size},mode=1777",
         }
 
@@ -243,7 +257,12 @@ def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
         host_absent("Links", "no links to other containers"),
         # Filesystem: read-only root, capped tmpfs only, nothing from the host.
         host_field("ReadonlyRootfs", True, "read-only root filesystem"),
-        host_field("Tmpfs", spec.tmpfs(), "the only writable places, size-capped"),
+        host_field(
+            "Tmpfs",
+            spec.tmpfs(),
+            "the only writable places, size-capped"
+            + ("; /pybox exec-able (the image's recipe)" if spec.workspace_exec else ", noexec"),
+        ),
         host_field("ShmSize", limits.writable_bytes, "/dev/shm is capped like the others"),
         *sealed_host_requirements(
             spec.confinement, spec.runtime, f"the {spec.isolation.lane} runtime"

@@ -131,6 +131,9 @@ class Configured:
     # A warm box of an image that preloads: the modules its interpreter was asked
     # to import before the code arrived (the image record's list).
     preload: tuple[str, ...] = ()
+    # The writable places mounted without noexec: `/pybox` for an environment whose
+    # recipe asks for it (compiled toolchains), empty for every other box.
+    executable_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -384,6 +387,11 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
     )
     removal = "removed (confirmed)" if engine.removal_confirmed else "removal NOT confirmed"
     lines.append(f"  box:    image {image.name} {image.id[:19]}; {posture}; {removal}")
+    if receipt.configured.executable_paths:
+        lines.append(
+            f"  exec:   {', '.join(receipt.configured.executable_paths)} mounted without noexec "
+            f"(the {image.name} image's recipe: compiled toolchains run what they build)"
+        )
     limit_text = "; ".join(
         f"{FIELDS_BY_ATTR[name].describe(limits[name])}{label}"
         for name, label in (

@@ -29,6 +29,7 @@ from pybox._core.errors import ConfigError, ImageBuildError, InvalidRequest
 from pybox._core.images import (
     IMAGE_REPO_PREFIX,
     LABEL_STATE,
+    LABEL_WORKSPACE_EXEC,
     ImageRecord,
     Recipe,
     check_image_name,
@@ -108,6 +109,8 @@ def plan_deb_image(
             ("release_sha256", recipe_file.release_sha256),
             ("install", " ".join(recipe_file.bootstrap_packages)),
             ("env", json.dumps(recipe_file.env)),
+            # Only when asked: the other recipes' hashes stay what they were.
+            *((("workspace_exec", "true"),) if recipe_file.workspace_exec else ()),
         ),
     )
     recorded = state.image(name)
@@ -214,6 +217,7 @@ def build_deb_image(
                 f"LABEL io.pybox.recipe={plan.recipe.hash}",
                 f"LABEL io.pybox.toolchain={','.join(f'{k}={v}' for k, v in versions.items())}",
                 f"LABEL {LABEL_STATE}={state_mark(str(state.root))}",
+                *([f"LABEL {LABEL_WORKSPACE_EXEC}=true"] if wanted.workspace_exec else []),
             ],
         )
     record = ImageRecord(

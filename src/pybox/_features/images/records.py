@@ -16,6 +16,7 @@ from pybox._core.images import (
     LABEL_IMAGE,
     LABEL_RECIPE,
     LABEL_STATE,
+    LABEL_WORKSPACE_EXEC,
     ImageRecord,
     Recipe,
     state_mark,
@@ -248,6 +249,17 @@ def image_problem(engine: Engine, record: ImageRecord) -> tuple[bool, str | None
             f"the record's recipe (which names the modules to preload, {' '.join(record.preload)}) "
             f"is not the one its hash {record.recipe_hash[:19]} names; rebuild it with "
             f"`{record.rebuild_command}`"
+        )
+    if record.workspace_exec and not record.recipe_matches_hash:
+        return True, (
+            f"the record's recipe (which asks for an exec-able workspace) is not the one its "
+            f"hash {record.recipe_hash[:19]} names; rebuild it with `{record.rebuild_command}`"
+        )
+    if record.workspace_exec != (labels.get(LABEL_WORKSPACE_EXEC) == "true"):
+        return True, (
+            f"the record says the workspace is {'' if record.workspace_exec else 'not '}"
+            f"exec-able but the engine's image is labelled {LABEL_WORKSPACE_EXEC}="
+            f"{labels.get(LABEL_WORKSPACE_EXEC)!r}; rebuild it with `{record.rebuild_command}`"
         )
     return True, None
 
