@@ -59,9 +59,8 @@ def runtime_policy_from_env(base: RuntimePolicy, environ: Mapping[str, str]) -> 
 
 PREVIEW_ENV = "PYBOX_GVISOR_PREVIEW"
 PREVIEW_WHY = (
-    "the gVisor lane is a preview: a CPU cap was measured not to hold for a multi-threaded "
-    "program under runsc's ptrace platform, and 8 of pybox verify's 14 cases are not yet judged "
-    "on gVisor's terms (issue 18, docs/isolation.md)"
+    "the gVisor lane is a preview: pybox verify's cases whose evidence differs under gVisor "
+    "are not all judged on gVisor's terms yet (issue 18, docs/isolation.md)"
 )
 
 

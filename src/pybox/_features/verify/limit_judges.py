@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from pybox._boxes.record import RunOutcome
+from pybox._core.cpu_budget import CFS_PERIOD_S, cpu_budget
 from pybox._core.limits import MIB
 from pybox._core.receipt import Status
+from pybox._core.runtime_limits import KERNEL_SCOPE_GVISOR
 from pybox._features.verify.verdict import Verdict, judge_posture_read_back, program_report
 
 FLOOD_STDOUT_BYTES = 256 * MIB
@@ -86,6 +88,9 @@ def judge_fork_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
 
 
 def judge_cpu_spin(outcome: RunOutcome, verdict: Verdict) -> None:
+    """The quota held: the kernel's CPU time within the quota of every period it
+    counted and within `cpus` times the box's life by pybox's clock (the counter
+    covers the box's whole life, its start and teardown included: pybox._core.cpu_budget)."""
     receipt = outcome.receipt
     kernel = receipt.observed_by_kernel
     cpus = float(receipt.configured.limits["cpus"])
@@ -105,19 +110,38 @@ def judge_cpu_spin(outcome: RunOutcome, verdict: Verdict) -> None:
     verdict.check(
         bool(kernel.cpu_throttled_periods), f"throttled periods: {kernel.cpu_throttled_periods}"
     )
-    usage = kernel.cpu_usage_s
-    # The quota, over the run and the interpreter's start before it, plus one period.
-    allowed = cpus * (duration + 0.3) + 0.1
+    budget = cpu_budget(receipt)
+    usage = budget.used_s
     verdict.check(
-        usage is not None and usage <= allowed,
-        f"used {usage} CPU-seconds; the quota allows {allowed:.2f}",
+        budget.within_periods,
+        f"used {usage} CPU-seconds in {budget.periods} periods of {CFS_PERIOD_S:g} s; the "
+        f"quota allows {budget.per_period_allowed_s}",
     )
+    verdict.check(
+        budget.within_window,
+        f"used {usage} CPU-seconds while the box lived {budget.window_s} s; the quota "
+        f"allows {budget.window_allowed_s}",
+    )
+    per_period = (usage or 0.0) / budget.periods if budget.periods else 0.0
     verdict.saw(
         "kernel",
-        f"quota {kernel.cpu_quota_cpus} CPU; used {usage or 0:.2f} CPU-s in {duration:.2f} s; "
-        f"throttled {kernel.cpu_throttled_periods} of {kernel.cpu_periods} periods",
+        f"quota {kernel.cpu_quota_cpus} CPU; used {usage or 0:.2f} CPU-s in "
+        f"{budget.periods} periods ({per_period:.4f} CPU-s per {CFS_PERIOD_S:g} s period, "
+        f"quota {cpus * CFS_PERIOD_S:g}); throttled {kernel.cpu_throttled_periods} of "
+        f"{kernel.cpu_periods} periods ({kernel_scope_words(kernel.scope)})",
     )
-    verdict.saw("pybox", f"ended at the {timeout_s:g} s deadline, after {duration:.2f} s")
+    verdict.saw(
+        "pybox",
+        f"ended at the {timeout_s:g} s deadline, after {duration:.2f} s; the box lived "
+        f"{budget.window_s or 0:.2f} s from {budget.window_from} to its removal (the quota allows "
+        f"{budget.window_allowed_s or 0:.2f} CPU-s)",
+    )
+
+
+def kernel_scope_words(scope: str) -> str:
+    return (
+        "the gVisor sandbox: gVisor and the program" if scope == KERNEL_SCOPE_GVISOR else "the box"
+    )
 
 
 def judge_disk_fill(outcome: RunOutcome, verdict: Verdict) -> None:
