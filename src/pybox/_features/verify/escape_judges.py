@@ -12,10 +12,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pybox._adapters.box_processes import HostProcess
 from pybox._boxes.record import RunOutcome
 from pybox._core.posture import (
     BOX_HOSTNAME,
     BOX_UID_FIRST,
+)
+from pybox._features.verify.gvisor_terms import (
+    GVISOR_DEVICES,
+    GVISOR_SENTRY_ONLY,
+    in_gvisor,
+    judge_host_confinement,
+    judge_seccomp_in_gvisor,
 )
 from pybox._features.verify.verdict import Verdict, judge_posture_read_back, program_report
 
@@ -192,10 +200,12 @@ def judge_network(outcome: RunOutcome, verdict: Verdict, listener: ListenerRepor
 
 
 # As many as privilege.py makes: fewer means some never ran.
-PRIVILEGE_ATTEMPTS = 19
+PRIVILEGE_ATTEMPTS = 20
 
 
-def judge_privilege(outcome: RunOutcome, verdict: Verdict) -> None:
+def judge_privilege(
+    outcome: RunOutcome, verdict: Verdict, host: tuple[HostProcess, ...] = ()
+) -> None:
     report = program_report(outcome.stdout, outcome.stderr, verdict)
     judge_posture_read_back(outcome.receipt, verdict)
     if not report:
@@ -208,28 +218,56 @@ def judge_privilege(outcome: RunOutcome, verdict: Verdict) -> None:
     verdict.check(
         uid >= BOX_UID_FIRST and ids == expected_ids, f"identity {ids}, expected {expected_ids}"
     )
-    caps: dict[str, str] = report.get("caps") or {}
+    caps: dict[str, str | None] = report.get("caps") or {}
+    gvisor = in_gvisor(outcome.receipt)
+    # The Sentry gives no CapAmb line; ambient capabilities are a subset of the
+    # permitted and inheritable ones, so with both zero there are none.
+    if gvisor and caps.get("CapAmb") is None and caps.get("CapInh") == caps.get("CapPrm"):
+        caps = {**caps, "CapAmb": caps.get("CapPrm")}
     verdict.check(len(caps) == 5 and set(caps.values()) == {ZERO_CAPS}, f"capabilities: {caps}")
     verdict.check(report.get("no_new_privs") == "1", "no_new_privs is not set")
-    verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
+    if gvisor:
+        # The Sentry's own view is seccomp mode 0; the filter is on its host processes.
+        judge_host_confinement(verdict, host)
+    else:
+        verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
     setuid = report.get("setuid_files")
     verdict.check(setuid == [], f"setuid or setgid files: {setuid}")
     verdict.saw(
         "program",
-        f"uid {ids.get('uid')} gid {ids.get('gid')}; CapInh/Prm/Eff/Bnd/Amb all zero; "
-        "no_new_privs 1; seccomp filter; no setuid or setgid file",
+        f"uid {ids.get('uid')} gid {ids.get('gid')}; CapInh/Prm/Eff/Bnd/Amb all zero"
+        + (" (no CapAmb line in gVisor: zero with CapInh and CapPrm)" if gvisor else "")
+        + f"; no_new_privs 1; seccomp mode {report.get('seccomp')}"
+        + (" (the Sentry's view)" if gvisor else "")
+        + "; no setuid or setgid file",
     )
     attempts: dict[str, str] = report.get("attempts") or {}
     worked = sorted(name for name, result in attempts.items() if result == "succeeded")
     verdict.check(len(attempts) >= PRIVILEGE_ATTEMPTS, f"only {len(attempts)} attempts made")
+    sentry_only = sorted(set(worked) & GVISOR_SENTRY_ONLY) if gvisor else []
+    worked = [name for name in worked if name not in sentry_only]
     if verdict.check(not worked, f"these succeeded: {worked}"):
         verdict.saw(
             "program",
-            f"{len(attempts)} attempts all failed: "
+            f"{len(attempts)} attempts, "
+            + (
+                f"all failed but {len(sentry_only)} inside the Sentry: "
+                if sentry_only
+                else "all failed: "
+            )
             + "; ".join(f"{name} {result}" for name, result in attempts.items()),
         )
+    if sentry_only:
+        verdict.saw(
+            "program",
+            f"succeeded inside gVisor only ({', '.join(sentry_only)}): namespaces and "
+            "nodes of the Sentry's own, the node leads to no device "
+            f"(read {attempts.get('read the /tmp/mem node')}); the host's view above is "
+            "unchanged",
+        )
     devices: list[list[Any]] = report.get("devices") or []
-    unsafe = [d for d in devices if d[1] != "char" or (d[2], d[3]) not in SAFE_DEVICES]
+    safe = SAFE_DEVICES | GVISOR_DEVICES if gvisor else SAFE_DEVICES
+    unsafe = [d for d in devices if d[1] != "char" or (d[2], d[3]) not in safe]
     verdict.check(bool(devices), "no devices listed")
     if verdict.check(not unsafe, f"unsafe devices: {unsafe}"):
         verdict.saw(
@@ -296,7 +334,12 @@ SECCOMP_ATTEMPTS = 30
 SECCOMP_REFUSALS = frozenset({"EPERM", "ENOSYS"})
 
 
-def judge_seccomp(outcome: RunOutcome, verdict: Verdict, profile_sha256: str) -> None:
+def judge_seccomp(
+    outcome: RunOutcome,
+    verdict: Verdict,
+    profile_sha256: str,
+    host: tuple[HostProcess, ...] = (),
+) -> None:
     """Denied calls fail with the filter's answer; the engine held pybox's profile."""
     receipt = outcome.receipt
     judge_posture_read_back(receipt, verdict)
@@ -328,9 +371,12 @@ def judge_seccomp(outcome: RunOutcome, verdict: Verdict, profile_sha256: str) ->
         f"{arch}, so nothing was tried and containment is not established",
     ):
         return
-    verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
     verdict.check(len(attempts) >= SECCOMP_ATTEMPTS, f"only {len(attempts)} calls made")
     verdict.check("io_uring_setup" in attempts, "io_uring_setup was not tried")
+    if in_gvisor(receipt):
+        judge_seccomp_in_gvisor(verdict, report, attempts, host)
+        return
+    verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
     through = {
         name: result for name, result in attempts.items() if str(result) not in SECCOMP_REFUSALS
     }
