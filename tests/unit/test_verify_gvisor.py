@@ -18,16 +18,23 @@ from pybox._adapters.box_processes import (
 )
 from pybox._boxes.record import RunOutcome
 from pybox._core.cpu_budget import cpu_budget
-from pybox._core.limits import LimitRequest
+from pybox._core.limits import MIB, LimitRequest
 from pybox._core.posture import box_user
 from pybox._core.runtime_limits import IsolationFacts
 from pybox._core.runtimes import GVISOR
 from pybox._features.verify.escape_judges import judge_privilege, judge_seccomp
-from pybox._features.verify.limit_judges import judge_cpu_spin
+from pybox._features.verify.limit_judges import (
+    judge_cpu_spin,
+    judge_disk_fill,
+    judge_fork_bomb,
+    judge_memory_bomb,
+)
 from pybox._orchestration.session import Session
-from tests.unit.fake_engine import FakeEngine
+from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.test_verify import (
     BOX_TEST_UID,
+    DISK_REPORT,
+    MEMORY,
     PRIVILEGE_REPORT,
     SECCOMP_REPORT,
     _deadline_outcome,
@@ -225,3 +232,67 @@ def test_seccomp_on_gvisors_terms(session: Session, engine: FakeEngine) -> None:
     failures = judged(judge_seccomp, outcome, sha, leaked).failures
     assert any("not gVisor's" in item for item in failures), failures
     assert any("without a seccomp filter" in item for item in failures), failures
+
+
+def test_memory_bomb_one_page_over_only_in_gvisor(session: Session, engine: FakeEngine) -> None:
+    def bomb(peak: int) -> RunOutcome:
+        return outcome_of(
+            session,
+            engine,
+            Script(stdout=b"holding 56 MiB\n", exit_code=137, oom_killed=True),
+            MEMORY,
+            oom_kill_count=1,
+            memory_limit_bytes=64 * MIB,
+            memory_peak_bytes=peak,
+        )
+
+    # Measured under gVisor: the dying sandbox's forced charge, one page over.
+    assert judged(judge_memory_bomb, in_gvisor_lane(bomb(64 * MIB + 4096))).failures == []
+    assert judged(judge_memory_bomb, in_gvisor_lane(bomb(64 * MIB + 8192))).failures
+    assert judged(judge_memory_bomb, bomb(64 * MIB + 4096)).failures  # never under runc
+
+
+def test_fork_bomb_on_gvisors_terms(session: Session, engine: FakeEngine) -> None:
+    limits = LimitRequest(pids=32, timeout_s=0.2)
+
+    def bomb(script: Script, **kernel: Any) -> RunOutcome:
+        return in_gvisor_lane(outcome_of(session, engine, script, limits, **kernel))
+
+    ended = Script(stdout=b"fork refused: Resource temporarily unavailable\n", exit_code=2)
+    backstop = {"pids_limit": 384, "pids_peak": 384, "pids_limit_hits": 1}
+    # The sandbox ended at the host's backstop (64 + 10 x 32) before the deadline.
+    assert judged(judge_fork_bomb, bomb(ended, **backstop)).failures == []
+    # Or the deadline ended it, the host's threads held below the backstop.
+    hung = Script(stdout=b"fork refused\n", hang=True)
+    held = {"pids_limit": 384, "pids_peak": 300, "pids_limit_hits": 0}
+    assert judged(judge_fork_bomb, bomb(hung, **held)).failures == []
+    # An end the backstop did not cause is not the bomb's containment.
+    failures = judged(judge_fork_bomb, bomb(ended, **{**backstop, "pids_limit_hits": 0})).failures
+    assert any("neither ended" in item for item in failures), failures
+    failures = judged(judge_fork_bomb, bomb(ended, **{**backstop, "pids_limit": 32})).failures
+    assert any("not gVisor's backstop 384" in item for item in failures), failures
+    failures = judged(judge_fork_bomb, bomb(ended, **{**backstop, "pids_peak": 400})).failures
+    assert any("not within the backstop" in item for item in failures), failures
+
+
+def test_disk_fill_on_gvisors_terms(session: Session, engine: FakeEngine) -> None:
+    limits = LimitRequest(writable_bytes=8 * MIB)
+    sentry = {
+        **DISK_REPORT,
+        "root_errors": {"EACCES": 687, "EROFS": 2},
+        "root_read_only_flag": False,
+        "root_mount_read_only": True,
+    }
+
+    def judged_in_gvisor(report: dict[str, Any]) -> list[str]:
+        outcome = in_gvisor_lane(outcome_of(session, engine, report_script(report), limits))
+        return judged(judge_disk_fill, outcome).failures
+
+    assert judged_in_gvisor(sentry) == []
+    # EACCES alone would be permissions only: at least one EROFS must show the mount.
+    assert any("no EROFS" in i for i in judged_in_gvisor({**sentry, "root_errors": {"EACCES": 9}}))
+    assert any(
+        "ro in the mount" in i for i in judged_in_gvisor({**sentry, "root_mount_read_only": False})
+    )
+    runc = outcome_of(session, engine, report_script(sentry), limits)
+    assert any("other than EROFS" in i for i in judged(judge_disk_fill, runc).failures)
