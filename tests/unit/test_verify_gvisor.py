@@ -23,6 +23,7 @@ from pybox._core.posture import box_user
 from pybox._core.runtime_limits import IsolationFacts
 from pybox._core.runtimes import GVISOR
 from pybox._features.verify.escape_judges import judge_privilege, judge_seccomp
+from pybox._features.verify.gvisor_terms import contained_mount_in_gvisor
 from pybox._features.verify.limit_judges import (
     judge_cpu_spin,
     judge_disk_fill,
@@ -296,3 +297,25 @@ def test_disk_fill_on_gvisors_terms(session: Session, engine: FakeEngine) -> Non
     )
     runc = outcome_of(session, engine, report_script(sentry), limits)
     assert any("other than EROFS" in i for i in judged(judge_disk_fill, runc).failures)
+
+
+def _mount(point: str, fstype: str, options: str = "ro") -> dict[str, str]:
+    return {"mount_point": point, "fstype": fstype, "options": options, "root": "/"}
+
+
+@pytest.mark.parametrize(
+    ("mount", "contained"),
+    [
+        (_mount("/", "9p"), True),  # the image root, served by the Gofer
+        (_mount("/", "9p", "rw"), False),
+        (_mount("/etc/hostname", "9p"), True),  # the engine's own file
+        (_mount("/home/user", "9p"), False),  # a host directory the Gofer would serve
+        (_mount("/dev", "tmpfs", "rw"), True),  # the Sentry's own
+        (_mount("/proc", "proc", "rw"), True),
+        (_mount("/sys/fs/cgroup/pids", "cgroup", "rw"), False),
+        (_mount("/", "overlay"), False),
+        (_mount("/data", "ext4"), False),
+    ],
+)
+def test_mounts_on_gvisors_terms(mount: dict[str, str], contained: bool) -> None:
+    assert contained_mount_in_gvisor(mount, ("/etc/hostname",)) is contained

@@ -8,7 +8,7 @@ judge relies on that.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,8 @@ from pybox._core.posture import (
 from pybox._features.verify.gvisor_terms import (
     GVISOR_DEVICES,
     GVISOR_SENTRY_ONLY,
+    contained_mount_in_gvisor,
+    counts,
     in_gvisor,
     judge_host_confinement,
     judge_seccomp_in_gvisor,
@@ -34,13 +36,6 @@ SAFE_DEVICES = frozenset({(1, 3), (1, 5), (1, 7), (1, 8), (1, 9), (5, 0), (5, 2)
 FRESH_FILESYSTEMS = frozenset({"proc", "sysfs", "tmpfs", "devpts", "mqueue"})
 # cgroup v1 hierarchies share one superblock with the host's; the box sees its own part, read-only.
 CGROUP_FILESYSTEMS = frozenset({"cgroup", "cgroup2"})
-
-
-def _counts(values: Iterable[object]) -> str:
-    tally: dict[str, int] = {}
-    for value in values:
-        tally[str(value)] = tally.get(str(value), 0) + 1
-    return ", ".join(f"{name} x{count}" for name, count in sorted(tally.items()))
 
 
 # -- judges (pure: an outcome and host facts in, evidence and failures out) --------
@@ -64,7 +59,7 @@ def judge_host_files(
     if verdict.check(not opened, f"host files were read: {opened}"):
         verdict.saw(
             "program",
-            f"{len(reads)} reads of host-only files all failed ({_counts(reads.values())})",
+            f"{len(reads)} reads of host-only files all failed ({counts(reads.values())})",
         )
     streams = receipt.reported_by_program
     sent = outcome.stdout + outcome.stderr
@@ -85,14 +80,29 @@ def judge_host_files(
     container_id = receipt.observed_by_engine.container_id or "?"
     engine_files = engine_box_files(receipt.configured.engine.name, container_id)
     mounts: list[dict[str, str]] = report.get("mounts") or []
-    bad = [m for m in mounts if not _contained_mount(m, engine_files, host_devices)]
+    gvisor = in_gvisor(receipt)
+    bad = [
+        m
+        for m in mounts
+        if not (
+            contained_mount_in_gvisor(m, engine_files)
+            if gvisor
+            else _contained_mount(m, engine_files, host_devices)
+        )
+    ]
     verdict.check(len(mounts) > 3, "the program listed almost no mounts")
     if verdict.check(not bad, f"mounts from the host: {bad}"):
         verdict.saw(
             "program",
-            f"{len(mounts)} mounts, none from the host: a read-only image root, fresh kernel "
-            "filesystems and tmpfs (device numbers the host does not use), read-only cgroup "
-            "views, and the engine's own read-only files for this box: "
+            (
+                f"{len(mounts)} mounts as the Sentry shows them: the image root and the "
+                "engine's own files read-only over 9p from the Gofer, the rest file systems "
+                "of the Sentry's own: "
+                if gvisor
+                else f"{len(mounts)} mounts, none from the host: a read-only image root, fresh "
+                "kernel filesystems and tmpfs (device numbers the host does not use), "
+                "read-only cgroup views, and the engine's own read-only files for this box: "
+            )
             + ", ".join(sorted(engine_files)),
         )
     _judge_engine_files(report, engine_files, mounts, verdict)
@@ -384,6 +394,6 @@ def judge_seccomp(
         verdict.saw(
             "program",
             f"{arch}; seccomp filter mode; {len(attempts)} calls all refused "
-            f"({_counts(attempts.values())}): io_uring_setup {attempts.get('io_uring_setup')}, "
+            f"({counts(attempts.values())}): io_uring_setup {attempts.get('io_uring_setup')}, "
             + ", ".join(sorted(name for name in attempts if name != "io_uring_setup")),
         )

@@ -13,7 +13,7 @@ kernel reports in `/proc/<pid>/status`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pybox._adapters.box_processes import (
@@ -104,3 +104,24 @@ def judge_seccomp_in_gvisor(
         f"{len(attempts)} calls answered by the Sentry ({counts(attempts.values())}): "
         + ", ".join(f"{name} {result}" for name, result in sorted(attempts.items())),
     )
+
+
+# The Sentry's own file systems: made inside the sandbox, device numbers of the
+# Sentry's own (they may equal the host's by chance: not compared).
+SENTRY_FILESYSTEMS = frozenset({"proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgroup"})
+
+
+def contained_mount_in_gvisor(mount: Mapping[str, str], engine_points: Iterable[str]) -> bool:
+    """A mount the Sentry shows is contained when it is the image's root or one of
+    the engine's per-box files, served read-only by the Gofer over 9p (the Gofer
+    serves only the OCI spec's mounts, which pybox read back), or a file system
+    of the Sentry's own."""
+    point, fstype = mount.get("mount_point"), mount.get("fstype")
+    read_only = "ro" in mount.get("options", "").split(",")
+    if fstype == "9p":
+        return read_only and (point == "/" or point in set(engine_points))
+    if point == "/":
+        return False
+    if fstype == "cgroup":
+        return read_only
+    return fstype in SENTRY_FILESYSTEMS
