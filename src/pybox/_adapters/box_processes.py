@@ -10,7 +10,9 @@ running on the host kernel directly.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from dataclasses import dataclass
 
 from pybox._adapters.cgroups import CGROUP_ROOT, locate
@@ -19,6 +21,8 @@ ROLE_GOFER = "gofer"
 ROLE_SENTRY = "sentry"
 ROLE_STUB = "stub"
 ROLE_OTHER = "other"
+# How long `runsc ps` may take to answer.
+SENTRY_PS_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -108,3 +112,42 @@ def box_processes(container_id: str, root: str = CGROUP_ROOT) -> tuple[HostProce
             )
         )
     return tuple(found)
+
+
+def _runsc_root(pid: int) -> str | None:
+    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+        argv = handle.read().decode("utf-8", "replace").split("\0")
+    for arg in argv:
+        if arg.startswith("--root="):
+            return arg.removeprefix("--root=")
+    return None
+
+
+def sentry_process_ids(
+    container_id: str, runsc_path: str, root: str = CGROUP_ROOT
+) -> tuple[int, ...] | None:
+    """The program's processes as gVisor's Sentry reports them (`runsc ps`), from the
+    host: the host cannot count them itself (the ptrace platform pools its stub
+    processes). None when there is no Sentry, or it does not answer."""
+    sentries = [p for p in box_processes(container_id, root) if p.role == ROLE_SENTRY]
+    if len(sentries) != 1 or not runsc_path:
+        return None
+    try:
+        state_root = _runsc_root(sentries[0].pid)
+    except OSError:
+        return None
+    if state_root is None:
+        return None
+    try:
+        answer = subprocess.run(
+            [runsc_path, f"--root={state_root}", "ps", "--format=json", container_id],
+            capture_output=True,
+            timeout=SENTRY_PS_TIMEOUT_S,
+            check=False,
+        )
+        pids = json.loads(answer.stdout) if answer.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    if not isinstance(pids, list) or not all(isinstance(pid, int) for pid in pids):
+        return None
+    return tuple(pids)
