@@ -59,8 +59,8 @@ def runtime_policy_from_env(base: RuntimePolicy, environ: Mapping[str, str]) -> 
 
 PREVIEW_ENV = "PYBOX_GVISOR_PREVIEW"
 PREVIEW_WHY = (
-    "the gVisor lane is a preview: pybox verify's cases whose evidence differs under gVisor "
-    "are not all judged on gVisor's terms yet (issue 18, docs/isolation.md)"
+    "the gVisor lane is a preview: egress modes are refused in it (runsc --network=none) "
+    "and sandboxes and the warm pool use only the default lane (issue 18, docs/isolation.md)"
 )
 
 
