@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from pybox._core.cpu_budget import cpu_budget
 from pybox._core.limits import BUILTIN_DEFAULTS, MIB, LimitRequest
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
@@ -158,15 +159,58 @@ for _ in range(3):
 """
 
 
+def assert_cpu_cap_held(receipt: object) -> None:
+    """The judgement `pybox verify` makes (pybox._core.cpu_budget), in both lanes: the
+    kernel's CPU time within the quota of every period it counted and within the cap
+    times the box's life by pybox's clock."""
+    kernel = receipt.observed_by_kernel  # type: ignore[attr-defined]
+    budget = cpu_budget(receipt)  # type: ignore[arg-type]
+    assert kernel.cpu_quota_cpus == 0.5
+    assert budget.within_periods, budget
+    assert budget.within_window, budget
+
+
 def test_the_cpu_cap_holds_the_whole_sandbox(lane_session: Session) -> None:
     receipt, _ = run(lane_session, SPIN, cpus=0.5, timeout_s=30)
     assert receipt.status is Status.SUCCEEDED, receipt.cause  # type: ignore[attr-defined]
     kernel = receipt.observed_by_kernel  # type: ignore[attr-defined]
-    assert kernel.cpu_quota_cpus == 0.5
     assert kernel.cpu_throttled_periods is not None and kernel.cpu_throttled_periods > 0
-    # Four spinners for 1.5 s would take 4 CPU-seconds unthrottled (gVisor's own
-    # time is inside the same quota).
+    # Four spinners for 1.5 s would take 3 CPU-seconds unthrottled on two CPUs
+    # (gVisor's own time is inside the same quota); the runc test's bound.
     assert kernel.cpu_usage_s is not None and kernel.cpu_usage_s < 1.5
+    assert_cpu_cap_held(receipt)
+
+
+# verify's cpu_spin, bounded: five threads that really run at once (hashlib releases
+# the interpreter's lock), the program measured not to hold under gVisor before the
+# judgement counted the box's whole life.
+THREADS = r"""
+import hashlib, threading, time
+BLOCK = b"x" * (1 << 20)
+end = time.monotonic() + 3.0
+def spin():
+    while time.monotonic() < end:
+        hashlib.sha256(BLOCK).digest()
+threads = [threading.Thread(target=spin) for _ in range(4)]
+for thread in threads:
+    thread.start()
+spin()
+for thread in threads:
+    thread.join()
+"""
+
+
+def test_the_cpu_cap_holds_for_spinning_threads_in_each_lane(lane_session: Session) -> None:
+    receipt, _ = run(lane_session, THREADS, cpus=0.5, timeout_s=30)
+    assert receipt.status is Status.SUCCEEDED, receipt.cause  # type: ignore[attr-defined]
+    kernel = receipt.observed_by_kernel  # type: ignore[attr-defined]
+    # Throttled: the threads wanted more than the cap (how often depends on the
+    # host's other load, which can leave the box less than its cap).
+    assert kernel.cpu_throttled_periods is not None and kernel.cpu_throttled_periods > 0
+    # Five threads for 3 s would take 6 CPU-seconds unthrottled on two CPUs; at
+    # 0.5 CPU, 1.5 CPU-s plus the box's start and end, as under runc.
+    assert kernel.cpu_usage_s is not None and kernel.cpu_usage_s < 2.5
+    assert_cpu_cap_held(receipt)
 
 
 def test_exec_runtime_flag_and_refusal(engine: Engine, cli_env: dict[str, str]) -> None:

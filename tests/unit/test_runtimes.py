@@ -10,7 +10,7 @@ import pytest
 
 from pybox._adapters.config import load_settings
 from pybox._adapters.state import StateStore
-from pybox._core.errors import ConfigError, RuntimeNotAllowed, RuntimeUnavailable
+from pybox._core.errors import ConfigError, EgressRefused, RuntimeNotAllowed, RuntimeUnavailable
 from pybox._core.limits import BUILTIN_DEFAULTS, Policy
 from pybox._core.posture import create_body
 from pybox._core.request import RunRequest
@@ -29,6 +29,7 @@ from pybox._core.runtimes import (
     daemon_config_snippet,
     engine_runtimes,
     policy_from_settings,
+    refuse_egress_without_network,
 )
 from pybox._orchestration.runtime_doctor import gvisor_report
 from pybox._orchestration.session import Session
@@ -186,3 +187,26 @@ def test_doctor_sees_a_registered_gvisor() -> None:
     )
     assert report["registered"] and not problems and report["daemon_config"] is None
     assert report["runtime_args"] == ["--platform=ptrace", "--network=none"]
+
+
+def test_egress_is_refused_where_runsc_gives_no_network() -> None:
+    no_network = RuntimeChoice(GVISOR, "runsc", "test", ("--platform=ptrace", "--network=none"))
+    with pytest.raises(EgressRefused, match="--network=none"):
+        refuse_egress_without_network("packages", no_network)
+    with pytest.raises(EgressRefused, match="runtime runc"):
+        refuse_egress_without_network("open", no_network)
+    refuse_egress_without_network("none", no_network)
+    # With gVisor's own network stack, or under runc, the proxy is reachable.
+    refuse_egress_without_network("packages", RuntimeChoice(GVISOR, "runsc", "test", ()))
+    refuse_egress_without_network("packages", RuntimeChoice())
+
+
+def test_a_gvisor_run_asking_for_egress_is_refused_before_the_engine_makes_anything(
+    engine: FakeEngine, state: StateStore
+) -> None:
+    engine.runtimes["runsc"] = RUNSC  # registered with --network=none
+    session = gvisor_session(engine, state, RuntimePolicy(default=GVISOR))
+    with pytest.raises(EgressRefused, match="no network stack"):
+        session.prepare(RunRequest(code=b"pass", egress="packages"))
+    assert engine.containers == {}
+    session.prepare(RunRequest(code=b"pass"))  # without egress: as before

@@ -617,7 +617,7 @@ PRIVILEGE_REPORT: dict[str, Any] = {
     "no_new_privs": "1",
     "seccomp": "2",
     "setuid_files": [],
-    "attempts": {f"attempt {n}": "EPERM" for n in range(19)},
+    "attempts": {f"attempt {n}": "EPERM" for n in range(20)},
     "devices": [["/dev/null", "char", 1, 3], ["/dev/pts/ptmx", "char", 5, 2]],
 }
 

@@ -59,9 +59,8 @@ def runtime_policy_from_env(base: RuntimePolicy, environ: Mapping[str, str]) -> 
 
 PREVIEW_ENV = "PYBOX_GVISOR_PREVIEW"
 PREVIEW_WHY = (
-    "the gVisor lane is a preview: a CPU cap was measured not to hold for a multi-threaded "
-    "program under runsc's ptrace platform, and 8 of pybox verify's 14 cases are not yet judged "
-    "on gVisor's terms (issue 18, docs/isolation.md)"
+    "the gVisor lane is a preview: egress modes are refused in it (runsc --network=none) "
+    "and sandboxes and the warm pool use only the default lane (issue 18, docs/isolation.md)"
 )
 
 

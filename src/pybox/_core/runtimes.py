@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pybox._core.errors import ConfigError, RuntimeNotAllowed, RuntimeUnavailable
+from pybox._core.errors import ConfigError, EgressRefused, RuntimeNotAllowed, RuntimeUnavailable
 
 RUNC = "runc"
 GVISOR = "gvisor"
@@ -212,4 +212,23 @@ def resolve_on_engine(choice: RuntimeChoice, info: Mapping[str, Any]) -> Runtime
         f"{choice.engine_runtime!r}; it has {registered}. Install runsc and add it to the "
         "daemon's configuration (`pybox doctor` prints the exact entry), then restart the "
         "daemon; or run with the runc runtime."
+    )
+
+
+def refuse_egress_without_network(mode: str, choice: RuntimeChoice) -> None:
+    """A box that may reach out (egress `packages` or `open`) needs a network stack;
+    runsc registered with `--network=none` gives its boxes none, so pybox's proxy
+    could never be reached: refused before anything is made, never run silently
+    without the network the receipt would name."""
+    if (
+        mode == "none"
+        or choice.lane != GVISOR
+        or "--network=none" not in choice.engine_runtime_args
+    ):
+        return
+    raise EgressRefused(
+        f"egress {mode!r} cannot work in the gVisor lane here: the engine runs "
+        f"{choice.engine_runtime!r} with --network=none, which gives a box no network stack, "
+        "so pybox's egress proxy is unreachable from it. Run it with egress none, or ask "
+        "for runtime runc for a run that needs the network (docs/isolation.md)."
     )

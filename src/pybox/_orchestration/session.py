@@ -36,7 +36,12 @@ from pybox._core.pool import PoolSettings
 from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
 from pybox._core.request import PreparedRun, RunRequest, check_request
-from pybox._core.runtimes import RuntimeChoice, RuntimePolicy, resolve_on_engine
+from pybox._core.runtimes import (
+    RuntimeChoice,
+    RuntimePolicy,
+    refuse_egress_without_network,
+    resolve_on_engine,
+)
 from pybox._core.sandbox_settings import SandboxSettings
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
@@ -253,14 +258,16 @@ class Session(SessionFeatures, SessionImages):
         """
         limits = self.resolve(request)
         self.runtimes.choose(request.runtime)  # a lane the operator refuses: before the engine
-        choose_mode(request.egress, self.egress_settings)  # more than allowed: refused here
+        mode = choose_mode(request.egress, self.egress_settings)  # more than allowed: refused
         image = self.verified_image(request.image)
+        runtime = self.runtime_choice(request.runtime)
+        refuse_egress_without_network(mode, runtime)
         return PreparedRun(
             request=request,
             limits=limits,
             image=image,
             run_id=new_run_id(),
-            runtime=self.runtime_choice(request.runtime),
+            runtime=runtime,
         )
 
     def resolve(self, request: RunRequest) -> Limits:

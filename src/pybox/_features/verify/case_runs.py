@@ -39,6 +39,7 @@ from pybox._features.verify.escape_judges import (
     ListenerReport,
     judge_host_files,
     judge_network,
+    judge_privilege,
     judge_seccomp,
     judge_secrets,
 )
@@ -165,8 +166,8 @@ def run_secrets(suite: Suite, verdict: Verdict) -> None:
 
 
 def run_seccomp(suite: Suite, verdict: Verdict) -> None:
-    outcome = suite.run_program("seccomp", verdict, LimitRequest(timeout_s=30))
-    judge_seccomp(outcome, verdict, suite.session.confinement().seccomp_sha256)
+    outcome, host = suite.run_program_probed("seccomp", verdict, LimitRequest(timeout_s=30))
+    judge_seccomp(outcome, verdict, suite.session.confinement().seccomp_sha256, host)
     suite.gone(verdict, outcome.receipt)
 
 
@@ -257,3 +258,9 @@ def run_posture(suite: Suite, verdict: Verdict) -> None:
         verdict.saw(
             "engine", "refused at create by the engine itself: " + "; ".join(engine_refused)
         )
+
+
+def run_privilege(suite: Suite, verdict: Verdict) -> None:
+    outcome, host = suite.run_program_probed("privilege", verdict, LimitRequest(timeout_s=30))
+    judge_privilege(outcome, verdict, host)
+    suite.gone(verdict, outcome.receipt)

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 from pybox._adapters.host_facts import bridge_gateway
 from pybox._core.egress import LABEL_EGRESS_FOR, PACKAGES
-from pybox._core.errors import PyboxError
+from pybox._core.errors import EgressRefused, PyboxError
 from pybox._core.limits import LimitRequest
 from pybox._core.request import RunRequest
+from pybox._core.runtimes import GVISOR
 from pybox._engine import NetworkEngine
 from pybox._features.verify.case_runs import _drain_listener, _verify_json
 from pybox._features.verify.verdict import (
@@ -31,6 +32,7 @@ from pybox._features.verify.verdict import (
 if TYPE_CHECKING:
     from pybox._boxes.record import RunOutcome
     from pybox._features.verify.harness import Suite
+    from pybox._orchestration.session import Session
 
 REFUSED = ("HTTP/1.1 403 Forbidden", "HTTP/1.1 400 Bad Request")
 PROBE = "pybox-verify-allowed.invalid"  # not the name the case asks for
@@ -74,6 +76,10 @@ def _run_case(suite: Suite, verdict: Verdict) -> None:
             limits=LimitRequest(timeout_s=30),
             egress=PACKAGES,
         )
+        choice = session.runtime_choice()
+        if choice.lane == GVISOR and "--network=none" in choice.engine_runtime_args:
+            _judge_refused_without_network(session, request, verdict)
+            return
         outcome = session.run(session.prepare(request))
         verdict.run_ids.append(outcome.receipt.run_id)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
@@ -87,6 +93,19 @@ def _run_case(suite: Suite, verdict: Verdict) -> None:
     if verdict.check(not left, f"{len(left)} egress networks or proxies left behind"):
         verdict.saw("engine", "its egress network and proxy were removed: none is listed")
     suite.gone(verdict, outcome.receipt)
+
+
+def _judge_refused_without_network(session: Session, request: RunRequest, verdict: Verdict) -> None:
+    """runsc with --network=none gives a box no network stack, so no egress mode can
+    reach pybox's proxy: the request must be refused before anything is made, never
+    run without the network its receipt would name. (The box's lack of any network
+    is the `network` case's, judged there in this lane too.)"""
+    try:
+        session.prepare(request)
+    except EgressRefused as exc:
+        verdict.saw("pybox", f"packages mode refused before any box, network or proxy: {exc}")
+        return
+    verdict.check(False, "packages mode was accepted in a gVisor lane without a network stack")
 
 
 def judge_egress_packages(

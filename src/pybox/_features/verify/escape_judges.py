@@ -8,14 +8,24 @@ judge relies on that.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pybox._adapters.box_processes import HostProcess
 from pybox._boxes.record import RunOutcome
 from pybox._core.posture import (
     BOX_HOSTNAME,
     BOX_UID_FIRST,
+)
+from pybox._features.verify.gvisor_terms import (
+    GVISOR_DEVICES,
+    GVISOR_SENTRY_ONLY,
+    contained_mount_in_gvisor,
+    counts,
+    in_gvisor,
+    judge_host_confinement,
+    judge_seccomp_in_gvisor,
 )
 from pybox._features.verify.verdict import Verdict, judge_posture_read_back, program_report
 
@@ -26,13 +36,6 @@ SAFE_DEVICES = frozenset({(1, 3), (1, 5), (1, 7), (1, 8), (1, 9), (5, 0), (5, 2)
 FRESH_FILESYSTEMS = frozenset({"proc", "sysfs", "tmpfs", "devpts", "mqueue"})
 # cgroup v1 hierarchies share one superblock with the host's; the box sees its own part, read-only.
 CGROUP_FILESYSTEMS = frozenset({"cgroup", "cgroup2"})
-
-
-def _counts(values: Iterable[object]) -> str:
-    tally: dict[str, int] = {}
-    for value in values:
-        tally[str(value)] = tally.get(str(value), 0) + 1
-    return ", ".join(f"{name} x{count}" for name, count in sorted(tally.items()))
 
 
 # -- judges (pure: an outcome and host facts in, evidence and failures out) --------
@@ -56,7 +59,7 @@ def judge_host_files(
     if verdict.check(not opened, f"host files were read: {opened}"):
         verdict.saw(
             "program",
-            f"{len(reads)} reads of host-only files all failed ({_counts(reads.values())})",
+            f"{len(reads)} reads of host-only files all failed ({counts(reads.values())})",
         )
     streams = receipt.reported_by_program
     sent = outcome.stdout + outcome.stderr
@@ -77,14 +80,29 @@ def judge_host_files(
     container_id = receipt.observed_by_engine.container_id or "?"
     engine_files = engine_box_files(receipt.configured.engine.name, container_id)
     mounts: list[dict[str, str]] = report.get("mounts") or []
-    bad = [m for m in mounts if not _contained_mount(m, engine_files, host_devices)]
+    gvisor = in_gvisor(receipt)
+    bad = [
+        m
+        for m in mounts
+        if not (
+            contained_mount_in_gvisor(m, engine_files)
+            if gvisor
+            else _contained_mount(m, engine_files, host_devices)
+        )
+    ]
     verdict.check(len(mounts) > 3, "the program listed almost no mounts")
     if verdict.check(not bad, f"mounts from the host: {bad}"):
         verdict.saw(
             "program",
-            f"{len(mounts)} mounts, none from the host: a read-only image root, fresh kernel "
-            "filesystems and tmpfs (device numbers the host does not use), read-only cgroup "
-            "views, and the engine's own read-only files for this box: "
+            (
+                f"{len(mounts)} mounts as the Sentry shows them: the image root and the "
+                "engine's own files read-only over 9p from the Gofer, the rest file systems "
+                "of the Sentry's own: "
+                if gvisor
+                else f"{len(mounts)} mounts, none from the host: a read-only image root, fresh "
+                "kernel filesystems and tmpfs (device numbers the host does not use), "
+                "read-only cgroup views, and the engine's own read-only files for this box: "
+            )
             + ", ".join(sorted(engine_files)),
         )
     _judge_engine_files(report, engine_files, mounts, verdict)
@@ -192,10 +210,12 @@ def judge_network(outcome: RunOutcome, verdict: Verdict, listener: ListenerRepor
 
 
 # As many as privilege.py makes: fewer means some never ran.
-PRIVILEGE_ATTEMPTS = 19
+PRIVILEGE_ATTEMPTS = 20
 
 
-def judge_privilege(outcome: RunOutcome, verdict: Verdict) -> None:
+def judge_privilege(
+    outcome: RunOutcome, verdict: Verdict, host: tuple[HostProcess, ...] = ()
+) -> None:
     report = program_report(outcome.stdout, outcome.stderr, verdict)
     judge_posture_read_back(outcome.receipt, verdict)
     if not report:
@@ -208,28 +228,56 @@ def judge_privilege(outcome: RunOutcome, verdict: Verdict) -> None:
     verdict.check(
         uid >= BOX_UID_FIRST and ids == expected_ids, f"identity {ids}, expected {expected_ids}"
     )
-    caps: dict[str, str] = report.get("caps") or {}
+    caps: dict[str, str | None] = report.get("caps") or {}
+    gvisor = in_gvisor(outcome.receipt)
+    # The Sentry gives no CapAmb line; ambient capabilities are a subset of the
+    # permitted and inheritable ones, so with both zero there are none.
+    if gvisor and caps.get("CapAmb") is None and caps.get("CapInh") == caps.get("CapPrm"):
+        caps = {**caps, "CapAmb": caps.get("CapPrm")}
     verdict.check(len(caps) == 5 and set(caps.values()) == {ZERO_CAPS}, f"capabilities: {caps}")
     verdict.check(report.get("no_new_privs") == "1", "no_new_privs is not set")
-    verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
+    if gvisor:
+        # The Sentry's own view is seccomp mode 0; the filter is on its host processes.
+        judge_host_confinement(verdict, host)
+    else:
+        verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
     setuid = report.get("setuid_files")
     verdict.check(setuid == [], f"setuid or setgid files: {setuid}")
     verdict.saw(
         "program",
-        f"uid {ids.get('uid')} gid {ids.get('gid')}; CapInh/Prm/Eff/Bnd/Amb all zero; "
-        "no_new_privs 1; seccomp filter; no setuid or setgid file",
+        f"uid {ids.get('uid')} gid {ids.get('gid')}; CapInh/Prm/Eff/Bnd/Amb all zero"
+        + (" (no CapAmb line in gVisor: zero with CapInh and CapPrm)" if gvisor else "")
+        + f"; no_new_privs 1; seccomp mode {report.get('seccomp')}"
+        + (" (the Sentry's view)" if gvisor else "")
+        + "; no setuid or setgid file",
     )
     attempts: dict[str, str] = report.get("attempts") or {}
     worked = sorted(name for name, result in attempts.items() if result == "succeeded")
     verdict.check(len(attempts) >= PRIVILEGE_ATTEMPTS, f"only {len(attempts)} attempts made")
+    sentry_only = sorted(set(worked) & GVISOR_SENTRY_ONLY) if gvisor else []
+    worked = [name for name in worked if name not in sentry_only]
     if verdict.check(not worked, f"these succeeded: {worked}"):
         verdict.saw(
             "program",
-            f"{len(attempts)} attempts all failed: "
+            f"{len(attempts)} attempts, "
+            + (
+                f"all failed but {len(sentry_only)} inside the Sentry: "
+                if sentry_only
+                else "all failed: "
+            )
             + "; ".join(f"{name} {result}" for name, result in attempts.items()),
         )
+    if sentry_only:
+        verdict.saw(
+            "program",
+            f"succeeded inside gVisor only ({', '.join(sentry_only)}): namespaces and "
+            "nodes of the Sentry's own, the node leads to no device "
+            f"(read {attempts.get('read the /tmp/mem node')}); the host's view above is "
+            "unchanged",
+        )
     devices: list[list[Any]] = report.get("devices") or []
-    unsafe = [d for d in devices if d[1] != "char" or (d[2], d[3]) not in SAFE_DEVICES]
+    safe = SAFE_DEVICES | GVISOR_DEVICES if gvisor else SAFE_DEVICES
+    unsafe = [d for d in devices if d[1] != "char" or (d[2], d[3]) not in safe]
     verdict.check(bool(devices), "no devices listed")
     if verdict.check(not unsafe, f"unsafe devices: {unsafe}"):
         verdict.saw(
@@ -296,7 +344,12 @@ SECCOMP_ATTEMPTS = 30
 SECCOMP_REFUSALS = frozenset({"EPERM", "ENOSYS"})
 
 
-def judge_seccomp(outcome: RunOutcome, verdict: Verdict, profile_sha256: str) -> None:
+def judge_seccomp(
+    outcome: RunOutcome,
+    verdict: Verdict,
+    profile_sha256: str,
+    host: tuple[HostProcess, ...] = (),
+) -> None:
     """Denied calls fail with the filter's answer; the engine held pybox's profile."""
     receipt = outcome.receipt
     judge_posture_read_back(receipt, verdict)
@@ -328,9 +381,12 @@ def judge_seccomp(outcome: RunOutcome, verdict: Verdict, profile_sha256: str) ->
         f"{arch}, so nothing was tried and containment is not established",
     ):
         return
-    verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
     verdict.check(len(attempts) >= SECCOMP_ATTEMPTS, f"only {len(attempts)} calls made")
     verdict.check("io_uring_setup" in attempts, "io_uring_setup was not tried")
+    if in_gvisor(receipt):
+        judge_seccomp_in_gvisor(verdict, report, attempts, host)
+        return
+    verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
     through = {
         name: result for name, result in attempts.items() if str(result) not in SECCOMP_REFUSALS
     }
@@ -338,6 +394,6 @@ def judge_seccomp(outcome: RunOutcome, verdict: Verdict, profile_sha256: str) ->
         verdict.saw(
             "program",
             f"{arch}; seccomp filter mode; {len(attempts)} calls all refused "
-            f"({_counts(attempts.values())}): io_uring_setup {attempts.get('io_uring_setup')}, "
+            f"({counts(attempts.values())}): io_uring_setup {attempts.get('io_uring_setup')}, "
             + ", ".join(sorted(name for name in attempts if name != "io_uring_setup")),
         )

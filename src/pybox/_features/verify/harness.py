@@ -12,17 +12,23 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pybox._adapters.box_processes import HostProcess, box_processes
 from pybox._boxes.record import RunOutcome
 from pybox._core.limits import LimitRequest
+from pybox._core.posture import LABEL_RUN_ID
 from pybox._core.receipt import Receipt
 from pybox._core.request import InputFile, RunRequest
 from pybox._engine import Engine
 from pybox._features.verify.verdict import Verdict, case_source, judge_gone
 from pybox._orchestration.session import Session
+
+# How often a probed run looks at its box's processes from the host.
+PROBE_INTERVAL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,42 @@ class Suite:
         outcome = self.session.run(self.session.prepare(request))
         verdict.run_ids.append(outcome.receipt.run_id)
         return outcome
+
+    def run_program_probed(
+        self, name: str, verdict: Verdict, limits: LimitRequest
+    ) -> tuple[RunOutcome, tuple[HostProcess, ...]]:
+        """`run_program`, looking from the host at the box's processes while it runs:
+        every process seen in its cgroup (empty: never seen)."""
+        request = RunRequest(code=case_source(name), code_name=f"{name}.py", limits=limits)
+        prepared = self.session.prepare(request)
+        verdict.run_ids.append(prepared.run_id)
+        result: list[RunOutcome] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                result.append(self.session.run(prepared))
+            except BaseException as exc:  # re-raised below, in the caller's thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=run, name=f"pybox-verify-{name}", daemon=True)
+        worker.start()
+        # Every process seen in any view, as first seen (while its parent was there:
+        # a stub outliving the Sentry at teardown keeps its role).
+        seen: dict[int, HostProcess] = {}
+        container_id: str | None = None
+        while worker.is_alive():
+            if container_id is None:
+                boxes = self.engine.list_containers({LABEL_RUN_ID: prepared.run_id})
+                running = [box for box in boxes if box.get("State") == "running"]
+                container_id = str(running[0]["Id"]) if running else None
+            if container_id is not None:
+                for process in box_processes(container_id):
+                    seen.setdefault(process.pid, process)
+            worker.join(PROBE_INTERVAL_S)
+        if failure:
+            raise failure[0]
+        return result[0], tuple(seen.values())
 
     def gone(self, verdict: Verdict, receipt: Receipt, *, say: bool = True) -> None:
         engine = receipt.observed_by_engine

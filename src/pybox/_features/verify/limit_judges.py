@@ -11,8 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from pybox._boxes.record import RunOutcome
+from pybox._core.cpu_budget import CFS_PERIOD_S, cpu_budget
 from pybox._core.limits import MIB
 from pybox._core.receipt import Status
+from pybox._core.runtime_limits import (
+    GVISOR_HOST_THREADS_BASE,
+    GVISOR_HOST_THREADS_PER_PROCESS,
+    KERNEL_SCOPE_GVISOR,
+)
+from pybox._features.verify.gvisor_terms import PAGE_BYTES, in_gvisor
 from pybox._features.verify.verdict import Verdict, judge_posture_read_back, program_report
 
 FLOOD_STDOUT_BYTES = 256 * MIB
@@ -49,13 +56,19 @@ def judge_memory_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
     verdict.check(
         peak is not None and peak >= cap * 0.9, f"memory peak {peak} never came near the cap {cap}"
     )
+    # Under gVisor the kernel's forced charge of the dying sandbox was measured one
+    # page over the limit (67112960 for 67108864); under runc never.
+    over = PAGE_BYTES if in_gvisor(receipt) else 0
     if verdict.check(
-        peak is not None and peak <= cap, f"memory peak {peak} is not within the cap {cap}"
+        peak is not None and peak <= cap + over,
+        f"memory peak {peak} is not within the cap {cap}" + (" plus one page" if over else ""),
     ):
         verdict.saw(
             "kernel",
-            f"limit {cap // MIB} MiB; peak {(peak or 0) / MIB:.1f} MiB "
-            f"({kernel.memory_peak_source}); the host gave the box no more",
+            f"limit {cap // MIB} MiB; peak {(peak or 0) / MIB:.1f} MiB ({peak} bytes, "
+            f"{kernel.memory_peak_source}, {kernel_scope_words(kernel.scope)}); the host gave "
+            "the box no more"
+            + (" than the cap and one page of the OOM kill's forced charge" if over else ""),
         )
     held = [line for line in outcome.stdout.decode("ascii", "replace").splitlines() if line]
     verdict.saw("program", f"last words: {held[-1] if held else 'none'!r}")
@@ -63,6 +76,9 @@ def judge_memory_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
 
 def judge_fork_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
     receipt = outcome.receipt
+    if in_gvisor(receipt):
+        _judge_fork_bomb_in_gvisor(outcome, verdict)
+        return
     kernel = receipt.observed_by_kernel
     cap = int(receipt.configured.limits["pids"])
     verdict.check(kernel.pids_limit == cap, f"the kernel's pids limit is {kernel.pids_limit}")
@@ -85,7 +101,60 @@ def judge_fork_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
     verdict.saw("program", outcome.stdout.decode("utf-8", "replace").strip()[:80] or "silent")
 
 
+def _judge_fork_bomb_in_gvisor(outcome: RunOutcome, verdict: Verdict) -> None:
+    """The Sentry holds the program's processes (RLIMIT_NPROC = the cap); the host's
+    pids cgroup holds the sandbox's host threads at the backstop derived from it. A
+    bomb drives the Sentry's threads to the backstop, where the sandbox may end
+    before the deadline: contained when the host's count stayed at the backstop and
+    the run ended by the deadline either way (docs/isolation.md)."""
+    receipt = outcome.receipt
+    kernel, pybox = receipt.observed_by_kernel, receipt.observed_by_pybox
+    limits = receipt.configured.limits
+    cap, timeout_s = int(limits["pids"]), float(limits["timeout_s"])
+    backstop = GVISOR_HOST_THREADS_BASE + GVISOR_HOST_THREADS_PER_PROCESS * cap
+    verdict.check(
+        kernel.pids_limit == backstop,
+        f"the kernel's pids limit is {kernel.pids_limit}, not gVisor's backstop {backstop}",
+    )
+    peak = kernel.pids_peak
+    verdict.check(
+        peak is not None and peak <= backstop,
+        f"the host threads peak {peak} is not within the backstop {backstop}",
+    )
+    duration = pybox.run_duration_s
+    timed_out = receipt.status is Status.TIMED_OUT and pybox.deadline_kill
+    # The sandbox's end must be the backstop's doing: the host refused a thread.
+    ended = (
+        receipt.status is Status.FAILED and not pybox.deadline_kill and bool(kernel.pids_limit_hits)
+    )
+    verdict.check(
+        (timed_out or ended) and duration is not None and duration < timeout_s + DEADLINE_SLACK_S,
+        f"status {receipt.status.value} after {duration} s: the bomb was neither ended at the "
+        f"{timeout_s:g} s deadline nor by the sandbox's end",
+    )
+    verdict.saw(
+        "kernel",
+        f"host pids limit {kernel.pids_limit} (gVisor's backstop for {cap} processes); peak "
+        f"{peak} host threads ({kernel.pids_peak_source}); {kernel.pids_limit_hits} host "
+        f"thread creations refused ({kernel_scope_words(kernel.scope)})",
+    )
+    verdict.saw(
+        "pybox",
+        f"ended at the {timeout_s:g} s deadline"
+        if timed_out
+        else f"the sandbox ended at its backstop after {duration} s ({receipt.cause.summary})",
+    )
+    verdict.saw(
+        "program",
+        (outcome.stdout.decode("utf-8", "replace").strip()[:80] or "silent")
+        + f" (the Sentry's RLIMIT_NPROC is {cap})",
+    )
+
+
 def judge_cpu_spin(outcome: RunOutcome, verdict: Verdict) -> None:
+    """The quota held: the kernel's CPU time within the quota of every period it
+    counted and within `cpus` times the box's life by pybox's clock (the counter
+    covers the box's whole life, its start and teardown included: pybox._core.cpu_budget)."""
     receipt = outcome.receipt
     kernel = receipt.observed_by_kernel
     cpus = float(receipt.configured.limits["cpus"])
@@ -105,19 +174,42 @@ def judge_cpu_spin(outcome: RunOutcome, verdict: Verdict) -> None:
     verdict.check(
         bool(kernel.cpu_throttled_periods), f"throttled periods: {kernel.cpu_throttled_periods}"
     )
-    usage = kernel.cpu_usage_s
-    # The quota, over the run and the interpreter's start before it, plus one period.
-    allowed = cpus * (duration + 0.3) + 0.1
+    budget = cpu_budget(receipt)
+    usage = budget.used_s
     verdict.check(
-        usage is not None and usage <= allowed,
-        f"used {usage} CPU-seconds; the quota allows {allowed:.2f}",
+        budget.within_periods,
+        f"used {usage} CPU-seconds in {budget.periods} periods of {CFS_PERIOD_S:g} s; the "
+        f"quota allows {budget.per_period_allowed_s}",
     )
+    verdict.check(
+        budget.within_window,
+        f"used {usage} CPU-seconds while the box lived {budget.window_s} s; the quota "
+        f"allows {budget.window_allowed_s}",
+    )
+    per_period = (usage or 0.0) / budget.periods if budget.periods else 0.0
     verdict.saw(
         "kernel",
-        f"quota {kernel.cpu_quota_cpus} CPU; used {usage or 0:.2f} CPU-s in {duration:.2f} s; "
-        f"throttled {kernel.cpu_throttled_periods} of {kernel.cpu_periods} periods",
+        f"quota {kernel.cpu_quota_cpus} CPU; used {usage or 0:.2f} CPU-s in "
+        f"{budget.periods} periods ({per_period:.4f} CPU-s per {CFS_PERIOD_S:g} s period, "
+        f"quota {cpus * CFS_PERIOD_S:g}); throttled {kernel.cpu_throttled_periods} of "
+        f"{kernel.cpu_periods} periods ({kernel_scope_words(kernel.scope)})",
     )
-    verdict.saw("pybox", f"ended at the {timeout_s:g} s deadline, after {duration:.2f} s")
+    verdict.saw(
+        "pybox",
+        f"ended at the {timeout_s:g} s deadline, after {duration:.2f} s; the box lived "
+        f"{budget.window_s or 0:.2f} s from {budget.window_from} to its removal (the quota allows "
+        f"{budget.window_allowed_s or 0:.2f} CPU-s)",
+    )
+
+
+def _tally(errors: dict[str, int]) -> str:
+    return ", ".join(f"{name} x{count}" for name, count in sorted(errors.items()))
+
+
+def kernel_scope_words(scope: str) -> str:
+    return (
+        "the gVisor sandbox: gVisor and the program" if scope == KERNEL_SCOPE_GVISOR else "the box"
+    )
 
 
 def judge_disk_fill(outcome: RunOutcome, verdict: Verdict) -> None:
@@ -131,18 +223,39 @@ def judge_disk_fill(outcome: RunOutcome, verdict: Verdict) -> None:
     probes = int(report.get("root_probes") or 0)
     verdict.check(probes > 50, f"only {probes} directories probed")
     verdict.check(not written, f"files created on the root filesystem in {written}")
-    verdict.check(set(errors) <= {"EROFS"}, f"root filesystem errors other than EROFS: {errors}")
+    if in_gvisor(outcome.receipt):
+        # The Sentry checks permission before the read-only mount: EACCES where the
+        # box user may not write anyway, EROFS where it may (at least one).
+        verdict.check(
+            set(errors) <= {"EROFS", "EACCES"} and errors.get("EROFS", 0) >= 1,
+            f"root filesystem errors other than EROFS and EACCES, or no EROFS: {errors}",
+        )
+    else:
+        verdict.check(
+            set(errors) <= {"EROFS"}, f"root filesystem errors other than EROFS: {errors}"
+        )
     # EACCES where the box user may not even enter the directory (/root): still no write.
     named: dict[str, str] = report.get("named") or {}
     verdict.check(
         bool(named) and set(named.values()) <= {"EROFS", "EACCES"},
         f"named directories: {named}",
     )
-    verdict.check(report.get("root_read_only_flag") is True, "/ is not mounted read-only")
+    if in_gvisor(outcome.receipt):
+        # The Sentry's statvfs gives no read-only flag; its mount table says `ro`.
+        verdict.check(
+            report.get("root_mount_read_only") is True, "/ is not mounted ro in the mount table"
+        )
+    else:
+        verdict.check(report.get("root_read_only_flag") is True, "/ is not mounted read-only")
     verdict.saw(
         "program",
-        f"every write in the {probes} directories of the root filesystem failed with EROFS "
-        f"({', '.join(f'{d} {e}' for d, e in named.items())}); statvfs says read-only",
+        f"every write in the {probes} directories of the root filesystem failed "
+        f"({_tally(errors)}; {', '.join(f'{d} {e}' for d, e in named.items())}); "
+        + (
+            "the mount table says / is ro (the Sentry's statvfs has no flag)"
+            if in_gvisor(outcome.receipt)
+            else "statvfs says read-only"
+        ),
     )
     fills: dict[str, dict[str, Any]] = report.get("fills") or {}
     verdict.check(len(fills) == 3, f"filled {sorted(fills)}")

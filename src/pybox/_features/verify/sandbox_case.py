@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import secrets
 
+from pybox._adapters.box_processes import box_processes, sentry_process_ids
 from pybox._adapters.cgroups import locate, read_pids_current
 from pybox._core.limits import LimitRequest
 from pybox._core.request import RunRequest
+from pybox._core.runtimes import engine_runtimes
 from pybox._features.sandboxes.records import RUN_PROGRAM
+from pybox._features.verify.gvisor_terms import in_gvisor, judge_host_confinement
 from pybox._features.verify.harness import Suite
 from pybox._features.verify.verdict import Verdict, case_source, judge_gone, program_report
 
@@ -33,11 +36,14 @@ def run_sandbox(suite: Suite, verdict: Verdict) -> None:
         placed = program_report(first.stdout, first.stderr, verdict).get("placed", [])
         verdict.saw("program", f"the first run put the canary in {len(placed)} places")
         container_id = first.receipt.observed_by_engine.container_id
-        location = locate(container_id) if container_id else None
-        pids = None if location is None else read_pids_current(location)
-        if pids is not None:
-            verdict.saw("kernel", f"between the runs the box's cgroup holds {pids} process")
-            verdict.check(pids == 1, f"{pids} processes were left between the runs, not 1")
+        if in_gvisor(first.receipt):
+            _judge_left_in_gvisor(suite, verdict, container_id)
+        else:
+            location = locate(container_id) if container_id else None
+            pids = None if location is None else read_pids_current(location)
+            if pids is not None:
+                verdict.saw("kernel", f"between the runs the box's cgroup holds {pids} process")
+                verdict.check(pids == 1, f"{pids} processes were left between the runs, not 1")
         second = sandboxes.run(
             info.sandbox_id,
             RunRequest(code=case_source("sandbox"), code_name=RUN_PROGRAM, argv=("second",)),
@@ -54,3 +60,30 @@ def run_sandbox(suite: Suite, verdict: Verdict) -> None:
         _, was_live = sandboxes.destroy(info.sandbox_id)
         verdict.saw("pybox", "sandbox destroyed" if was_live else "sandbox already destroyed")
     judge_gone(verdict, suite.engine, container_id, True, suite.cgroup_exists)
+
+
+def _judge_left_in_gvisor(suite: Suite, verdict: Verdict, container_id: str | None) -> None:
+    """Under gVisor the host's cgroup holds gVisor's threads, and its ptrace stubs
+    are pooled, so the host cannot count the program's processes: the Sentry's own
+    process table (`runsc ps`, from the host) must hold the sandbox's one resident
+    process, and every host process must still be gVisor's, filtered."""
+    if not verdict.check(container_id is not None, "the first run named no box"):
+        return
+    assert container_id is not None
+    judge_host_confinement(verdict, box_processes(container_id))
+    choice = suite.session.runtime_choice()
+    runsc = next(
+        (r.path for r in engine_runtimes(suite.engine.info()) if r.name == choice.engine_runtime),
+        "",
+    )
+    pids = sentry_process_ids(container_id, runsc)
+    if verdict.check(
+        pids is not None, f"gVisor's Sentry did not list the box's processes ({runsc} ps)"
+    ):
+        assert pids is not None
+        verdict.saw(
+            "host",
+            f"between the runs gVisor's Sentry lists {len(pids)} process in the box "
+            f"({runsc} ps: pids {list(pids)})",
+        )
+        verdict.check(len(pids) == 1, f"{len(pids)} processes were left between the runs, not 1")

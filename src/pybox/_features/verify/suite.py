@@ -37,11 +37,11 @@ from pybox._features.verify.case_runs import (
     run_network,
     run_output_flood,
     run_posture,
+    run_privilege,
     run_seccomp,
     run_secrets,
 )
 from pybox._features.verify.egress_case import run_egress_packages
-from pybox._features.verify.escape_judges import judge_privilege
 from pybox._features.verify.harness import Case, Suite
 from pybox._features.verify.limit_judges import (
     judge_cpu_spin,
@@ -161,7 +161,7 @@ CASES: tuple[Case, ...] = (
         "a uid of its own (not 0, no host account), no capability, no_new_privs, seccomp; "
         "every attempt fails; no setuid file; "
         "only the safe devices",
-        _simple("privilege", LimitRequest(timeout_s=30), judge_privilege),
+        run_privilege,
     ),
     Case(
         "seccomp",

@@ -31,6 +31,10 @@ for top, dirs, _ in os.walk("/", onerror=lambda exc: None):
 for directory in ("/", "/usr", "/etc", "/root", "/home", "/var", "/usr/lib/python3"):
     report["named"][directory] = probe(directory)
 report["root_read_only_flag"] = bool(os.statvfs("/").f_flag & os.ST_RDONLY)
+# The mount table's word for / (gVisor's statvfs has no read-only flag; its table does).
+with open("/proc/self/mounts") as mounts:
+    root_options = [line.split()[3] for line in mounts if line.split()[1:2] == ["/"]]
+report["root_mount_read_only"] = bool(root_options) and "ro" in root_options[-1].split(",")
 
 # $HOME is one of the writable places; fill each until the kernel says no.
 chunk = b"x" * (1 << 20)

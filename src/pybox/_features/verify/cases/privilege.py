@@ -17,18 +17,35 @@ def outcome(result):
 
 
 def attempt(name, action):
-    try:
-        result = action()
-    except OSError as exc:
-        result = errno.errorcode.get(exc.errno, str(exc.errno))
+    """Make one attempt in a child process, so that one that works (a new user
+    namespace, a chroot) changes nothing for the attempts after it."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            result = action()
+        except OSError as exc:
+            result = errno.errorcode.get(exc.errno, str(exc.errno))
+        except BaseException as exc:  # the report names it
+            result = f"raised {type(exc).__name__}"
+        os.write(write_end, str(result).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as handle:
+        result = handle.read().decode() or "no answer"
+    os.waitpid(pid, 0)
     report["attempts"][name] = result
 
 
 status = dict(line.rstrip("\n").split(":\t", 1) for line in open("/proc/self/status"))
 report["ids"] = {"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "egid": os.getegid()}
-report["caps"] = {key: status[key] for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
-report["no_new_privs"] = status["NoNewPrivs"]
-report["seccomp"] = status["Seccomp"]
+# A field the kernel does not give (gVisor's Sentry has no CapAmb) is reported as null.
+caps = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+report["caps"] = {key: status.get(key) for key in caps}
+# The kernel's own answer (gVisor's /proc/self/status has no NoNewPrivs line).
+report["no_new_privs"] = str(libc.prctl(39, 0, 0, 0, 0))  # PR_GET_NO_NEW_PRIVS
+report["seccomp"] = status.get("Seccomp")
 
 # Setuid and setgid files anywhere on the root filesystem: a way to run as someone else.
 root_device = os.stat("/").st_dev
@@ -55,6 +72,16 @@ attempt(
     "mknod /tmp/mem",
     lambda: os.mknod("/tmp/mem", stat.S_IFCHR | 0o600, os.makedev(1, 1)) or "succeeded",
 )
+
+
+def read_node():
+    with open("/tmp/mem", "rb") as handle:
+        handle.read(1)
+    return "succeeded"
+
+
+# Where mknod is allowed (gVisor's tmpfs), the node must still lead nowhere.
+attempt("read the /tmp/mem node", read_node)
 for command in (
     ["mount", "-t", "tmpfs", "none", "/tmp"],
     ["unshare", "-U", "true"],
