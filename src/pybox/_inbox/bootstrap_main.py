@@ -209,6 +209,18 @@ def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
 KERNEL_STATUS = kernel_status()
 
 
+def ready_report(protocol):
+    """PID 1's report that it waits for a program: made non-dumpable first (the
+    program's interpreter, started before, is not yet the program)."""
+    return {
+        "version": protocol,
+        "pid": os.getpid(),
+        "uid": os.getuid(),
+        "nondumpable": make_nondumpable(),
+        "status": KERNEL_STATUS,
+    }
+
+
 def main(link):
     python, code_name = sys.argv[1], sys.argv[2]
     protocol, payload_wait_s = int(sys.argv[3]), float(sys.argv[4])
@@ -216,28 +228,14 @@ def main(link):
         raise ValueError("this bootstrap speaks protocols 1, 2 and 3, not %r" % protocol)
     defaults = (*ignore_signals(), signal.SIGCHLD)
     if protocol == SANDBOX:
-        protected = make_nondumpable()
-        ready = {
-            "version": protocol,
-            "pid": os.getpid(),
-            "uid": os.getuid(),
-            "nondumpable": protected,
-            "status": KERNEL_STATUS,
-        }
+        ready = ready_report(protocol)
         return sandbox_main(link, python, payload_wait_s, float(sys.argv[5]), defaults, ready)
     # The program's interpreter starts first, so its start-up overlaps the wait for
     # the payload; it runs nothing of the program's until the code is handed over.
     # A warm box's modules to preload (protocols 1 and 2): the entrypoint's last argument.
     preload = tuple(m for m in sys.argv[5].split(",") if m) if len(sys.argv) > 5 else ()
     started = prestart(python, code_name, defaults, preload)
-    protected = make_nondumpable()
-    ready = {
-        "version": protocol,
-        "pid": os.getpid(),
-        "uid": os.getuid(),
-        "nondumpable": protected,
-        "status": KERNEL_STATUS,
-    }
+    ready = ready_report(protocol)
     link.send_json(K_READY, ready)
     header = read_header(link, python, protocol, payload_wait_s)
     if header["code_name"] != code_name:
