@@ -153,6 +153,25 @@ class Bootstrap:
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
                 pipe.close()
+        self.end_leftovers()
+
+    def end_leftovers(self) -> None:
+        """End what the bootstrap under test left on the host (outside a PID namespace
+        nothing ends a prestarted interpreter when the bootstrap refuses a payload):
+        only processes whose working directory is inside this test's box."""
+        root = str(self.root.resolve())
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cwd = os.readlink(entry / "cwd")
+            except OSError:
+                continue
+            if cwd == root or cwd.startswith(root + os.sep):
+                try:
+                    os.kill(int(entry.name), 9)
+                except OSError:
+                    pass
 
 
 @pytest.fixture(params=[False, True] if AS_PID1 else [False], ids=["child", "pid1"][: 1 + AS_PID1])
