@@ -12,6 +12,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -169,7 +170,7 @@ class Bootstrap:
                 continue
             if cwd == root or cwd.startswith(root + os.sep):
                 try:
-                    os.kill(int(entry.name), 9)
+                    os.kill(int(entry.name), signal.SIGKILL)
                 except OSError:
                     pass
 
