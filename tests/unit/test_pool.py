@@ -209,7 +209,7 @@ def make_context(engine: FakeEngine, state: StateStore) -> BoxContext:
 def test_a_replacement_waits_until_the_run_is_done(engine: FakeEngine, state: StateStore) -> None:
     """Starting a box competes with the run's own teardown for the CPUs."""
     settings = PoolSettings(boxes_per_profile=1)
-    pool = WarmPool(lambda: make_context(engine, state), settings)
+    pool = WarmPool(lambda _runtime: make_context(engine, state), settings)
     key = PoolKey.of(state.image("stdlib"), Policy().resolve(LimitRequest()), "main.py")  # type: ignore[arg-type]
     try:
         assert pool.wait_ready(key, 5.0)
@@ -259,7 +259,7 @@ def test_a_box_that_waited_its_idle_time_is_not_taken(
 ) -> None:
     """Its bootstrap ends itself soon after; a run must not take it on the way out."""
     pool = WarmPool(
-        lambda: make_context(engine, state), PoolSettings(boxes_per_profile=1, idle_s=60)
+        lambda _runtime: make_context(engine, state), PoolSettings(boxes_per_profile=1, idle_s=60)
     )
     key = PoolKey.of(state.image("stdlib"), Policy().resolve(LimitRequest()), "main.py")  # type: ignore[arg-type]
     try:
@@ -281,7 +281,7 @@ def test_the_pool_keeps_more_ready_while_runs_miss_and_fewer_when_they_stop(
     from pybox._boxes import pool as pool_module
 
     settings = PoolSettings(boxes_per_profile=1, max_boxes_per_profile=3)
-    pool = WarmPool(lambda: make_context(engine, state), settings)
+    pool = WarmPool(lambda _runtime: make_context(engine, state), settings)
     key = PoolKey.of(state.image("stdlib"), Policy().resolve(LimitRequest()), "main.py")  # type: ignore[arg-type]
 
     def profile() -> pool_module.ProfileStats:
@@ -312,7 +312,7 @@ def test_the_memory_budget_bounds_a_growing_pool(engine: FakeEngine, state: Stat
     settings = PoolSettings(
         boxes_per_profile=1, max_boxes_per_profile=8, memory_budget_bytes=2 * limits.memory_bytes
     )
-    pool = WarmPool(lambda: make_context(engine, state), settings)
+    pool = WarmPool(lambda _runtime: make_context(engine, state), settings)
     key = PoolKey.of(state.image("stdlib"), limits, "main.py")  # type: ignore[arg-type]
     try:
         assert pool.wait_ready(key, 5.0)

@@ -44,6 +44,7 @@ from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
 from pybox._core.pool import PoolSettings
 from pybox._core.posture import PAYLOAD_WAIT_S
+from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
 
 FAILURE_BACKOFF_S = (1.0, 5.0, 30.0, 120.0)
 # A replacement waits until the run that took a box is done (or this long):
@@ -84,10 +85,18 @@ class PoolKey:
     limits: Limits
     code_name: str
     image: ImageRecord = field(compare=False)
+    # The lane is part of the box: a gVisor run never takes a runc box.
+    runtime: RuntimeChoice = RUNC_CHOICE
 
     @classmethod
-    def of(cls, image: ImageRecord, limits: Limits, code_name: str) -> PoolKey:
-        return cls(image.name, image.image_id, image.recipe_hash, limits, code_name, image)
+    def of(
+        cls,
+        image: ImageRecord,
+        limits: Limits,
+        code_name: str,
+        runtime: RuntimeChoice = RUNC_CHOICE,
+    ) -> PoolKey:
+        return cls(image.name, image.image_id, image.recipe_hash, limits, code_name, image, runtime)
 
 
 @dataclass
@@ -136,7 +145,7 @@ class WarmPool:
 
     def __init__(
         self,
-        context: Callable[[], BoxContext],
+        context: Callable[[RuntimeChoice], BoxContext],
         settings: PoolSettings,
         log: Callable[[str], None] | None = None,
         gate: SlotGate | None = None,
@@ -392,7 +401,7 @@ class WarmPool:
     def _start_box(self, key: PoolKey) -> Box:
         """A box created, verified and started exactly as a fresh one, its bootstrap
         up and waiting for code."""
-        context = self._context()
+        context = self._context(key.runtime)
         limits = key.limits
         box = Box(
             context,

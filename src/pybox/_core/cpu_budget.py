@@ -78,9 +78,7 @@ def cpu_budget(receipt: Receipt) -> CpuBudget:
     per_period = (
         None
         if periods is None
-        else round(
-            cpus * CFS_PERIOD_S * (periods + UNCOUNTED_EDGE_PERIODS) * PERIOD_OVERRUN, 4
-        )
+        else round(cpus * CFS_PERIOD_S * (periods + UNCOUNTED_EDGE_PERIODS) * PERIOD_OVERRUN, 4)
     )
     rebased = kernel.counters_since == "code_arrival"
     start = pybox.code_sent_s if rebased else 0.0

@@ -360,16 +360,12 @@ class Session(SessionFeatures, SessionImages):
             self.host.check_before_run()
         warm = None
         egress = self.egress_request(request.egress)
-        # The warm pool's boxes run in the default lane, with no network; any other
-        # run makes its own box.
-        if (
-            self._pool is not None
-            and prepared.runtime == self.runtime_choice()
-            and egress.mode == NONE
-        ):
+        # The warm pool keeps boxes per lane, with no network; a run with egress
+        # makes its own box.
+        if self._pool is not None and egress.mode == NONE:
             from pybox._boxes.pool import PoolKey
 
-            key = PoolKey.of(image, limits, request.code_name)
+            key = PoolKey.of(image, limits, request.code_name, prepared.runtime)
             warm = self._pool.take(key)
         # The box's whole life holds a box slot (a warm box brought its own); the run
         # may wait for one, or is refused with Busy before anything is created.
@@ -416,7 +412,9 @@ class Session(SessionFeatures, SessionImages):
         from pybox._boxes.pool import PoolKey
 
         prepared = self.prepare(request or RunRequest(code=b""))
-        key = PoolKey.of(prepared.image, prepared.limits, prepared.request.code_name)
+        key = PoolKey.of(
+            prepared.image, prepared.limits, prepared.request.code_name, prepared.runtime
+        )
         self._sweep_once()
         if wait_s > 0:
             return self._pool.wait_ready(key, wait_s)

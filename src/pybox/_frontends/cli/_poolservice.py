@@ -154,6 +154,7 @@ class PoolService:
                 "image": p.key.image_name,
                 "image_id": p.key.image_id,
                 "code_name": p.key.code_name,
+                "runtime": p.key.runtime.lane,
                 "memory_mib": p.key.limits.memory_bytes // (1024 * 1024),
                 "timeout_s": p.key.limits.timeout_s,
                 "waiting": p.waiting,
