@@ -46,6 +46,21 @@ def docker_hardening(limits: Mapping[str, float]) -> list[str]:
     ]  # fmt: skip
 
 
+# Podman's default RLIMIT_NPROC (1048576) is above what runc may set here, so a
+# `podman run` fails without one (pybox's PodmanEngine sends the same value).
+PODMAN_NPROC = 16384
+
+
+def podman_hardening(limits: Mapping[str, float]) -> list[str]:
+    """The same box for `podman run`: Podman's tmpfs says `U` (owned by the box's
+    user) where Docker's takes uid= and gid=, and RLIMIT_NPROC must be explicit."""
+    flags = [
+        flag.replace(",uid=1000,gid=1000,", ",U,") if flag.startswith("/pybox:") else flag
+        for flag in docker_hardening(limits)
+    ]
+    return [*flags, "--ulimit", f"nproc={PODMAN_NPROC}:{PODMAN_NPROC}"]
+
+
 # The program as `docker run` is told to run it; `bench/cli_startup.py` passes
 # ("/usr/bin/python3", "-") to read it from stdin, as `pybox exec -` does.
 PYTHON_C_CODE = ("/usr/bin/python3", "-c", CODE)
@@ -60,6 +75,26 @@ def docker_argv(
     return [
         "docker", "run", "--rm", "-i",
         *docker_hardening(limits),
+        "--label", f"{BENCH_LABEL}={token}",
+        image_id,
+        *command,
+    ]  # fmt: skip
+
+
+def engine_run_argv(
+    engine: str,
+    image_id: str,
+    limits: Mapping[str, float],
+    token: str,
+    command: Sequence[str] = PYTHON_C_CODE,
+) -> list[str]:
+    """The engine's own `run --rm -i` of the box pybox makes (runc: crun refuses
+    this machine's hybrid cgroup layout, docs/engines.md)."""
+    if engine != "podman":
+        return docker_argv(image_id, limits, token, command)
+    return [
+        "podman", "--runtime", "runc", "run", "--rm", "-i",
+        *podman_hardening(limits),
         "--label", f"{BENCH_LABEL}={token}",
         image_id,
         *command,

@@ -16,11 +16,23 @@ import pybox
 from bench._values import BENCH_LABEL, PYBOX_LABEL, PYBOX_OWNER_LABEL, BenchFailure, Context
 
 
-def docker_lines(*args: str) -> list[str]:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, check=False)
+def engine_lines(engine: str, *args: str) -> list[str]:
+    """The lines `engine`'s own CLI (docker or podman) prints for `args`."""
+    done = subprocess.run([engine, *args], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise BenchFailure(f"docker {' '.join(args)} failed: {done.stderr.strip()}")
+        raise BenchFailure(f"{engine} {' '.join(args)} failed: {done.stderr.strip()}")
     return [line for line in done.stdout.splitlines() if line.strip()]
+
+
+def docker_lines(*args: str) -> list[str]:
+    return engine_lines("docker", *args)
+
+
+def _owner_format(engine: str) -> str:
+    # Podman's `ps` template has no `.Label`; Docker's `.Labels` is one joined string.
+    if engine == "podman":
+        return f'{{{{.ID}}}} {{{{index .Labels "{PYBOX_OWNER_LABEL}"}}}}'
+    return f'{{{{.ID}}}} {{{{.Label "{PYBOX_OWNER_LABEL}"}}}}'
 
 
 def owned_by(owner_label: str, pids: set[int], hostname: str) -> bool:
@@ -35,9 +47,10 @@ def owned_by(owner_label: str, pids: set[int], hostname: str) -> bool:
 def leftovers(ctx: Context) -> dict[str, list[str]]:
     """Containers and images this benchmark (or its pybox clients) made that still exist."""
     hostname = socket.gethostname()
-    managed = docker_lines(
-        "ps", "-a", "--no-trunc", "--filter", f"label={PYBOX_LABEL}",
-        "--format", f'{{{{.ID}}}} {{{{.Label "{PYBOX_OWNER_LABEL}"}}}}',
+    engine = ctx.engine
+    managed = engine_lines(
+        engine, "ps", "-a", "--no-trunc", "--filter", f"label={PYBOX_LABEL}",
+        "--format", _owner_format(engine),
     )  # fmt: skip
     ours_pybox = sorted(
         line.split()[0]
@@ -48,8 +61,8 @@ def leftovers(ctx: Context) -> dict[str, list[str]]:
     label = f"label={BENCH_LABEL}={ctx.token}"
     return {
         "pybox_boxes": ours_pybox,
-        "bench_containers": docker_lines("ps", "-aq", "--no-trunc", "--filter", label),
-        "bench_images": docker_lines("images", "-q", "--no-trunc", "--filter", label),
+        "bench_containers": engine_lines(engine, "ps", "-aq", "--no-trunc", "--filter", label),
+        "bench_images": engine_lines(engine, "images", "-q", "--no-trunc", "--filter", label),
     }
 
 
@@ -63,10 +76,12 @@ def clean_up(ctx: Context) -> list[str]:
     found = leftovers(ctx)
     if found["bench_containers"]:
         subprocess.run(
-            ["docker", "rm", "-f", *found["bench_containers"]], capture_output=True, check=False
+            [ctx.engine, "rm", "-f", *found["bench_containers"]], capture_output=True, check=False
         )
     if found["bench_images"]:
-        subprocess.run(["docker", "rmi", *found["bench_images"]], capture_output=True, check=False)
+        subprocess.run(
+            [ctx.engine, "rmi", *found["bench_images"]], capture_output=True, check=False
+        )
     problems = [f"{kind}: {', '.join(ids)}" for kind, ids in found.items() if ids]
     still = leftovers(ctx)
     if any(still[kind] for kind in ("bench_containers", "bench_images")):
@@ -79,22 +94,25 @@ def loadavg() -> list[str]:
     return Path("/proc/loadavg").read_text().split()[:3]
 
 
-def machine_facts() -> dict[str, Any]:
+def machine_facts(engine: str = "docker") -> dict[str, Any]:
     cpu_model = "unknown"
     with suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
         for line in cpuinfo:
             if line.startswith("model name"):
                 cpu_model = line.split(":", 1)[1].strip()
                 break
-    versions = docker_lines("version", "--format", "{{.Server.Version}} {{.Server.APIVersion}}")
-    engine, _, api = (versions[0] if versions else "unknown").partition(" ")
+    versions = engine_lines(
+        engine, "version", "--format", "{{.Server.Version}} {{.Server.APIVersion}}"
+    )
+    version, _, api = (versions[0] if versions else "unknown").partition(" ")
     return {
         "cpu_model": cpu_model,
         "cpu_count": os.cpu_count(),
         "kernel": platform.release(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "engine_version": engine,
+        "engine": engine,
+        "engine_version": version,
         "engine_api": api,
         "pybox_version": pybox.__version__,
         "loadavg_at_start": loadavg(),

@@ -102,6 +102,7 @@ class Context:
 
     token: str
     daemon_pids: tuple[int, ...]
+    engine: str = "docker"  # whose CLI lists and removes what the benchmark made
     think_s: float = 0.5
     image_id: str = ""
     limits: dict[str, float] = field(default_factory=dict)

@@ -10,6 +10,9 @@ and `docker run --rm -i`, side by side in the same rounds.
 * ``docker_run`` -- ``docker run --rm -i`` with pybox's hardening and limits on
   the same image ID, running ``/usr/bin/python3 -`` with the same stdin (the
   argv of bench/_docker.py, as bench/cli_startup.py and bench/compare.py use).
+  With ``--engine podman`` (pybox on Podman: ``PYBOX_ENGINE=podman`` and
+  ``CONTAINER_HOST`` in the environment) the baseline is ``podman_run``, the
+  same box by ``podman run --rm -i`` (``bench/engines.py`` runs both engines).
 
 Every round runs each once, in an order that rotates from round to round.
 Before each measured process the benchmark waits, unmeasured, until the
@@ -48,7 +51,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._api_path import recorded_box
-from bench._docker import docker_argv
+from bench._docker import engine_run_argv
 from bench._environment import loadavg, machine_facts, run_then_check
 from bench._report import rounded
 from bench._rounds import progress, round_order
@@ -72,6 +75,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--python", default=sys.executable, help="the interpreter binary")
     parser.add_argument("--pybox", default=None, help="the console script (default: beside it)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--engine",
+        choices=("docker", "podman"),
+        default="docker",
+        help="the engine pybox drives (from the environment) and whose own run is the baseline",
+    )
     parser.add_argument("--throughput", action="store_true", help="add N = 1, 2, 4, 8 callers")
     parser.add_argument("--throughput-runs", type=int, default=24, help="runs per level")
     args = parser.parse_args(argv)
@@ -142,6 +151,15 @@ def run_once(ctx: Context, name: str, argv: Sequence[str], env: Mapping[str, str
     return wall
 
 
+def baseline_environ(engine: str) -> Mapping[str, str]:
+    """The engine's own CLI as a user types it: `podman run` in its local mode
+    (with CONTAINER_HOST it would go through the API service, where `--runtime`
+    is not offered)."""
+    if engine != "podman":
+        return os.environ
+    return {k: v for k, v in os.environ.items() if k != "CONTAINER_HOST"}
+
+
 class Setup:
     def __init__(self, args: argparse.Namespace, ctx: Context, root: Path) -> None:
         self.args, self.ctx = args, ctx
@@ -150,11 +168,14 @@ class Setup:
         self.socket = str(Path(self.pool_env["PYBOX_STATE_DIR"]) / "pool" / "cli.sock")
         self.boxes = int(os.environ.get("PYBOX_POOL_BOXES", "2"))
         image_id, limits = recorded_box(ctx)
-        docker = docker_argv(image_id, limits, ctx.token, command=("/usr/bin/python3", "-"))
+        self.baseline = f"{args.engine}_run"
+        engine_run = engine_run_argv(
+            args.engine, image_id, limits, ctx.token, command=("/usr/bin/python3", "-")
+        )
         self.image_id, self.limits = image_id, limits
         exec_argv = [args.pybox, "exec", "-"]
         self.paths: dict[str, tuple[list[str], Mapping[str, str]]] = {
-            "docker_run": (list(docker), os.environ),
+            self.baseline: (engine_run, baseline_environ(args.engine)),
             "pybox_pool": (exec_argv, self.pool_env),
             "pybox_cold": (exec_argv, self.cold_env),
         }
@@ -199,7 +220,7 @@ def latency(setup: Setup) -> tuple[dict[str, list[float]], dict[str, int]]:
 
 def throughput(setup: Setup) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
-    for name in ("docker_run", "pybox_pool"):
+    for name in (setup.baseline, "pybox_pool"):
         argv, env = setup.paths[name]
         for level in LEVELS:
             wait_full(setup.socket, setup.boxes)
@@ -225,7 +246,7 @@ def throughput(setup: Setup) -> dict[str, dict[str, Any]]:
 
 def run(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     started_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    machine = machine_facts()
+    machine = machine_facts(args.engine)
     bytecode = compile_pybox(args.python)
     root = Path(tempfile.mkdtemp(prefix="pybox-bench-pool-"))
     setup: Setup | None = None
@@ -239,12 +260,13 @@ def run(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             setup.stop_service()
         shutil.rmtree(root, ignore_errors=True)
     stats = {name: wall_stats(values, UPPER_PCT) for name, values in walls.items()}
-    base = stats["docker_run"]["p50_ms"]
+    baseline = setup.baseline
+    base = stats[baseline]["p50_ms"]
     comparisons = {
         name: {
             "p50_ratio": ratio(stats[name]["p50_ms"], base),
             f"p{UPPER_PCT}_ratio": ratio(
-                stats[name][f"p{UPPER_PCT}_ms"], stats["docker_run"][f"p{UPPER_PCT}_ms"]
+                stats[name][f"p{UPPER_PCT}_ms"], stats[baseline][f"p{UPPER_PCT}_ms"]
             ),
             "target_p50_ratio_at_most": target,
             "verdict": verdict(ratio(stats[name]["p50_ms"], base), at_most=target),
@@ -259,6 +281,8 @@ def run(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         "machine": dict(machine),
         "loadavg_at_end": loadavg(),
         "pybox": args.pybox,
+        "engine": args.engine,
+        "baseline": baseline,
         "image_id": setup.image_id,
         "limits": dict(setup.limits),
         "rounds": args.rounds,
@@ -294,7 +318,7 @@ def report_lines(report: Mapping[str, Any]) -> list[str]:
     lines.append("")
     for name, row in report["comparisons"].items():
         lines.append(
-            f"  {row['verdict']:<5} {name} / docker_run: p50 {row['p50_ratio']:.2f}x, "
+            f"  {row['verdict']:<5} {name} / {report['baseline']}: p50 {row['p50_ratio']:.2f}x, "
             f"{upper} {row[upper + '_ratio']:.2f}x "
             f"(target p50 <= {row['target_p50_ratio_at_most']}x)"
         )
@@ -315,7 +339,7 @@ def report_lines(report: Mapping[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    ctx = Context(uuid.uuid4().hex[:12], ())
+    ctx = Context(uuid.uuid4().hex[:12], (), engine=args.engine)
     report, problems = run_then_check("cli_pool", ctx, lambda: run(args, ctx), check=True)
     if report is None:
         return 1

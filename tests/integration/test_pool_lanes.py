@@ -31,6 +31,16 @@ def pooled_session(engine: Engine, state_dir: Path, default: str) -> Session:
     )
 
 
+def owned(engine: Engine, session: Session) -> list[dict[str, object]]:
+    found = []
+    for box in boxes(engine):
+        labels = box["Labels"]
+        assert isinstance(labels, dict)
+        if labels.get(LABEL_OWNER) == session.owner:
+            found.append(box)
+    return found
+
+
 def test_each_lane_keeps_its_own_waiting_boxes(engine: Engine, state_dir: Path) -> None:
     need_lane(engine, GVISOR)
     session = pooled_session(engine, state_dir, RUNC)
@@ -41,6 +51,7 @@ def test_each_lane_keeps_its_own_waiting_boxes(engine: Engine, state_dir: Path) 
         assert session.warm_up(runc, wait_s=60)
         lanes = {p.key.runtime.lane: p.waiting for p in session.pool_profiles()}
         assert lanes == {GVISOR: 1, RUNC: 1}
+        assert len(owned(engine, session)) == 2
         seen: dict[str, str] = {}
         for request, lane in ((gvisor, GVISOR), (runc, RUNC)):
             outcome = session.run(request)
@@ -63,5 +74,4 @@ def test_each_lane_keeps_its_own_waiting_boxes(engine: Engine, state_dir: Path) 
     finally:
         assert session.close() == []
     # Closing removed the replacement boxes waiting in both lanes.
-    mine = [b for b in boxes(engine) if b["Labels"].get(LABEL_OWNER) == session.owner]  # type: ignore[union-attr]
-    assert mine == []
+    assert owned(engine, session) == []
