@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from pybox._core import wire
+from pybox._core.egress import OPEN, PACKAGES
+from pybox._core.egress_posture import INHIBIT_IPV4, network_body
 from pybox._core.posture import create_body, readback_requirements, requirements, verify
 from pybox._core.posture_podman import MAPPINGS, READ_BACK_AS, read_back_fields, tmpfs_view
 from pybox._core.receipt import Status
@@ -177,3 +179,27 @@ def test_a_box_that_ended_before_its_ack_is_not_an_engine_failure(
     assert outcome.receipt.status is not Status.SANDBOX_ERROR
     assert outcome.receipt.exit_code == (124 if backstop else 0)
     assert outcome.receipt.observed_by_engine.removal_confirmed
+
+
+class _PodmanCalls(_Podman):
+    def __init__(self) -> None:
+        super().__init__("runc")
+        self.calls: list[str] = []
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        self.calls.append(f"{method} {path}")
+        return {"Id": "n" * 64}
+
+
+def test_a_packages_network_is_refused_on_podman_before_any_call() -> None:
+    # Measured on Podman 4.3.1 (netavark): the option is "not a recognized option",
+    # and an internal network gives the host 10.89.0.1 with aardvark-dns on :53.
+    engine = _PodmanCalls()
+    with pytest.raises(PodmanUnsupported) as caught:
+        engine.create_network("pybox-egress-x", network_body(PACKAGES, {"io.pybox.managed": "1"}))
+    assert caught.value.field == f"Options[{INHIBIT_IPV4}]"
+    assert "gateway address" in str(caught.value) and "Docker" in str(caught.value)
+    assert engine.calls == []
+    # An `open` network asks for no host-less bridge: it goes to the engine.
+    engine.create_network("pybox-egress-y", network_body(OPEN, {"io.pybox.managed": "1"}))
+    assert engine.calls == ["POST /networks/create"]

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pybox._core.egress_posture import INHIBIT_IPV4
 from pybox._core.errors import EngineError
 from pybox._core.seccomp import profile_sha256
 from pybox._engine.client import DockerEngine
@@ -35,6 +36,16 @@ ENGINE_NAME = "podman"
 # has unmounted it, `exited` the same box after the cleanup; both are Docker's
 # `exited`. Every other state is Docker's word already.
 DOCKER_STATES = {"stopped": "exited"}
+# Why an egress `packages` network cannot be made on Podman 4.3 (netavark),
+# measured here: it answers Docker's bridge options with "is not a recognized
+# option" and drops them, and it gives the host the gateway address of every
+# bridge network, an internal one too (10.89.0.1 on podman1), with its DNS
+# server (aardvark-dns) listening there and named in the box's resolv.conf.
+NO_HOSTLESS_NETWORK = (
+    "Podman ignores the option and gives the host the network's gateway address, "
+    "with its DNS server listening on it, so the box could reach a host service; "
+    "egress 'packages' needs Docker"
+)
 
 
 def docker_state(compat: JSONObject) -> JSONObject:
@@ -92,6 +103,13 @@ class PodmanEngine(DockerEngine):
     """The Engine API calls, with create and inspect in Podman's own terms."""
 
     name = ENGINE_NAME
+
+    def create_network(self, name: str, body: JSONObject) -> str:
+        """Refused before any call where Podman would make the network weaker."""
+        options = body.get("Options") or {}
+        if isinstance(options, Mapping) and options.get(INHIBIT_IPV4) == "true":
+            raise PodmanUnsupported(f"Options[{INHIBIT_IPV4}]", "true", NO_HOSTLESS_NETWORK)
+        return super().create_network(name, body)
 
     def create_container(self, name: str, body: JSONObject) -> str:
         spec = specgen(name, body, write_profile)
