@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from pybox._core.limits import MIB, LimitRequest, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.receipt import KernelObserved, Status, rebase_kernel
 from pybox._core.request import RunRequest
+from pybox._engine.interface import JSONObject
 from pybox._orchestration.session import Session
 from tests.unit.conftest import OWNER
 from tests.unit.fake_engine import FakeEngine, Script
@@ -335,3 +337,26 @@ def test_the_most_boxes_per_profile_is_a_setting(tmp_path: Path) -> None:
     assert PoolSettings().max_boxes_per_profile == 8
     with pytest.raises(ConfigError, match="whole number"):
         PoolSettings().with_settings({"max_boxes_per_profile": "2.5"}, "test")
+
+
+class _TwoAtOnce(FakeEngine):
+    """Creates wait until two are in flight: started one at a time, none would pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.both_in_flight = threading.Barrier(2, timeout=5.0)
+
+    def create_container(self, name: str, body: JSONObject) -> str:
+        self.both_in_flight.wait()
+        return super().create_container(name, body)
+
+
+def test_two_boxes_start_at_once(state: StateStore) -> None:
+    engine = _TwoAtOnce()
+    pool = WarmPool(lambda _runtime: make_context(engine, state), PoolSettings(boxes_per_profile=2))
+    key = PoolKey.of(state.image("stdlib"), Policy().resolve(LimitRequest()), "main.py")  # type: ignore[arg-type]
+    try:
+        assert pool.wait_ready(key, 10.0)
+        assert pool.stats().started == 2 and pool.stats().failed == 0
+    finally:
+        assert pool.close() == []

@@ -3,8 +3,9 @@
 Each waiting box is a complete box: created with the same posture, read back
 and verified, attached and started, its bootstrap waiting for code on stdin.
 A run takes one, uses it once, and removes it like any other box; a worker
-thread starts a replacement in the background. Every run still gets a box
-nobody else has used.
+thread starts replacements in the background (up to `CONCURRENT_STARTS` at
+once, each in a thread of its own). Every run still gets a box nobody else
+has used.
 
 Boxes are kept per profile (image, limits, code file name). A profile exists
 once something asked for it; it is emptied when nobody asked for it for
@@ -57,6 +58,10 @@ SLOT_RETRY_S = 1.0
 DEMAND_WINDOW_S = 10.0
 # Without a miss for this long, a profile's target falls by one box.
 SHRINK_AFTER_S = 30.0
+# Boxes started at once. A start is mostly waiting on the engine (create, read
+# back, start, the bootstrap's hello), so two overlap well on two CPUs; one at a
+# time, two callers drained the pool faster than it refilled (13 hits of 24).
+CONCURRENT_STARTS = 2
 
 
 class Held(Protocol):
@@ -159,6 +164,7 @@ class WarmPool:
         self._cond = threading.Condition()
         self._closed = False
         self._worker: threading.Thread | None = None
+        self._starters: set[threading.Thread] = set()  # boxes being started now
         self._taken = self._missed = self._started = self._failed = 0
         self._dead: list[Box] = []  # waiting boxes found unusable, to remove
 
@@ -270,6 +276,10 @@ class WarmPool:
             worker = self._worker
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout=30.0)
+        with self._cond:
+            starters = list(self._starters)
+        for starter in starters:  # each removes the box it was starting
+            starter.join(timeout=30.0)
         return [box.spec.name for box in boxes if not self._discard(box)]
 
     # -- the worker -------------------------------------------------------------------
@@ -325,6 +335,8 @@ class WarmPool:
                 profile.target, profile.last_resize = profile.target - 1, now  # demand fell
             if len(profile.waiting) > profile.target:
                 return "discard", profile, profile.waiting.pop(0)
+        if len(self._starters) >= CONCURRENT_STARTS:
+            return None
         for profile in self._profiles.values():
             short = len(profile.waiting) + profile.starting < profile.target
             room = (
@@ -349,14 +361,30 @@ class WarmPool:
                     self._cond.wait(timeout=0.25)
                 if self._closed:
                     return
-            assert job is not None
-            action, profile, box = job
+                assert job is not None
+                action, profile, box = job
+                if action == "start" and profile is not None:
+                    starter = threading.Thread(
+                        target=self._start_one,
+                        args=(profile,),
+                        name="pybox-pool-start",
+                        daemon=True,
+                    )
+                    self._starters.add(starter)
+                    starter.start()
+                    continue
             if action == "discard" and box is not None:
                 self._discard(box)
-            elif profile is not None:
-                self._start_one(profile)
 
     def _start_one(self, profile: _Profile) -> None:
+        try:
+            self._start_and_keep(profile)
+        finally:
+            with self._cond:
+                self._starters.discard(threading.current_thread())
+                self._cond.notify_all()
+
+    def _start_and_keep(self, profile: _Profile) -> None:
         held: Held | None = None
         try:
             if self._gate is not None:
