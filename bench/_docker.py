@@ -72,13 +72,7 @@ def docker_argv(
     token: str,
     command: Sequence[str] = PYTHON_C_CODE,
 ) -> list[str]:
-    return [
-        "docker", "run", "--rm", "-i",
-        *docker_hardening(limits),
-        "--label", f"{BENCH_LABEL}={token}",
-        image_id,
-        *command,
-    ]  # fmt: skip
+    return engine_run_argv("docker", image_id, limits, token, command)
 
 
 def engine_run_argv(
@@ -88,13 +82,12 @@ def engine_run_argv(
     token: str,
     command: Sequence[str] = PYTHON_C_CODE,
 ) -> list[str]:
-    """The engine's own `run --rm -i` of the box pybox makes (runc: crun refuses
-    this machine's hybrid cgroup layout, docs/engines.md)."""
-    if engine != "podman":
-        return docker_argv(image_id, limits, token, command)
+    """The engine's own `run --rm -i` of the box pybox makes (Podman with runc:
+    crun refuses this machine's hybrid cgroup layout, docs/engines.md)."""
+    podman = engine == "podman"
     return [
-        "podman", "--runtime", "runc", "run", "--rm", "-i",
-        *podman_hardening(limits),
+        *(("podman", "--runtime", "runc") if podman else ("docker",)), "run", "--rm", "-i",
+        *(podman_hardening(limits) if podman else docker_hardening(limits)),
         "--label", f"{BENCH_LABEL}={token}",
         image_id,
         *command,

@@ -24,10 +24,6 @@ def engine_lines(engine: str, *args: str) -> list[str]:
     return [line for line in done.stdout.splitlines() if line.strip()]
 
 
-def docker_lines(*args: str) -> list[str]:
-    return engine_lines("docker", *args)
-
-
 def _owner_format(engine: str) -> str:
     # Podman's `ps` template has no `.Label`; Docker's `.Labels` is one joined string.
     if engine == "podman":
