@@ -17,13 +17,14 @@ import pytest
 from pybox._core import wire
 from pybox._core.egress import OPEN, PACKAGES
 from pybox._core.egress_posture import INHIBIT_IPV4, network_body
+from pybox._core.errors import EngineError
 from pybox._core.posture import create_body, readback_requirements, requirements, verify
 from pybox._core.posture_podman import MAPPINGS, READ_BACK_AS, read_back_fields, tmpfs_view
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
 from pybox._engine.endpoint import EngineEndpoint
 from pybox._engine.podman import PodmanEngine, docker_state
-from pybox._engine.specgen import PodmanUnsupported, specgen
+from pybox._engine.specgen import PodmanUnsupported, needs_keeper, specgen
 from pybox._orchestration.session import Session
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.test_posture_podman import SPEC, recorded
@@ -50,18 +51,17 @@ def test_the_health_check_is_exactly_the_body_s() -> None:
     assert "healthconfig" not in _specgen(body)
 
 
-def test_a_sandbox_is_refused_podman_closes_its_stdin_with_the_attach() -> None:
+def test_a_sandbox_gets_a_keeper_podman_closes_its_stdin_with_the_attach() -> None:
     sandbox = dataclasses.replace(
         SPEC, protocol=wire.SANDBOX, expires_at=2_000_000_000, sandbox_store="store"
     )
     body = create_body(sandbox)
     assert body["StdinOnce"] is False
-    with pytest.raises(PodmanUnsupported) as caught:
-        _specgen(body)
-    assert caught.value.field == "StdinOnce"
-    assert "attach connection" in str(caught.value)
-    # Boxes whose stdin closes with pybox's connection are made as before.
+    assert needs_keeper(body)
+    assert _specgen(body)["stdin"] is True
+    # Boxes whose stdin closes with pybox's connection are made as before, keeperless.
     assert create_body(SPEC)["StdinOnce"] is True
+    assert not needs_keeper(create_body(SPEC))
     assert _specgen(create_body(SPEC))["stdin"] is True
 
 
@@ -124,6 +124,28 @@ def test_a_runtime_podman_does_not_know_is_refused_and_the_box_removed() -> None
         engine.create_container("pybox-x", body)
     assert caught.value.field == "HostConfig.Runtime"
     assert engine.removed == ["c" * 64]
+
+
+def test_a_sandbox_box_whose_keeper_does_not_start_is_removed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[str] = []
+
+    def keeper(engine_socket: str, api_version: str, container_id: str) -> int:
+        started.append(container_id)
+        raise EngineError("The keeper of box cccc did not start (no attach).")
+
+    monkeypatch.setattr("pybox._engine.podman.start_keeper", keeper)
+    sandbox = dataclasses.replace(
+        SPEC, protocol=wire.SANDBOX, expires_at=2_000_000_000, sandbox_store="store"
+    )
+    engine = _Podman("runc")
+    with pytest.raises(EngineError, match="keeper"):
+        engine.create_container("pybox-x", create_body(sandbox))
+    assert started == ["c" * 64] and engine.removed == ["c" * 64]
+    # A one-program box gets no keeper.
+    assert engine.create_container("pybox-y", create_body(SPEC)) == "c" * 64
+    assert started == ["c" * 64]
 
 
 def test_stopped_reads_as_docker_s_exited() -> None:

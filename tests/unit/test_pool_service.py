@@ -116,7 +116,7 @@ def test_another_uid_is_refused_and_logged(
 ) -> None:
     """The kernel's word on the peer decides (here made to say another uid; the
     integration test connects as another user)."""
-    monkeypatch.setattr(_poolservice, "peer_uid", lambda sock: (4242, os.geteuid() + 1))
+    monkeypatch.setattr(_poolservice, "peer_credentials", lambda sock: (4242, os.geteuid() + 1))
     (tmp_path / "job.py").write_text("print(6*7)\n")
     creates = [name for name, _ in engine.calls].count("create")
     assert exec_through_service(["exec", "job.py"]) == (None, None)  # the caller runs cold

@@ -24,11 +24,14 @@ from pybox._core.errors import SandboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
 from pybox._core.posture import verify
+from pybox._engine.keeper import KeeperGone
 
 # A program a vanished pybox left running is stopped by the first ping; its
 # bootstrap then waits for an acknowledgement, which the next ping carries.
 PING_EVERY_S = 0.5
 RESYNC_WAIT_S = 30.0
+# On Podman the box's input is held open by its keeper (`pybox._engine.keeper`).
+KEEPER_ENDED = "its keeper process ended (Podman then closes the box's input), "
 _RAW_KEPT_BYTES = 1 << 16
 
 
@@ -84,7 +87,8 @@ def reattach(
         raise SandboxGone(
             f"The sandbox's box {box.spec.name} is no longer running (it ended "
             f"{state.get('FinishedAt') or 'at a time the engine did not say'}, exit code "
-            f"{state.get('ExitCode')}): its idle time or lifetime ran out, or it failed."
+            f"{state.get('ExitCode')}): its idle time or lifetime ran out, "
+            f"{KEEPER_ENDED if engine.name == 'podman' else ''}or it failed."
         )
     box.create_sent = True
     box.container_id = str(inspected.get("Id") or known.container_id)
@@ -93,7 +97,10 @@ def reattach(
     refuse_if_weakened(box.posture)
     box.marks["verified"] = box.marks["started"] = time.monotonic()
     box.programs = 1  # never its first: each program's counters start at its code
-    box.stream = engine.attach(box.container_id)
+    try:
+        box.stream = engine.attach(box.container_id)
+    except KeeperGone as exc:
+        raise SandboxGone(str(exc)) from exc
     box.sampler = context.sampler_factory(box.container_id)
     try:
         resync(box, resync_wait_s)

@@ -182,7 +182,8 @@ MAPPINGS: dict[str, Mapping_] = {
         False,
         "it reports no stdin-once (false), yet conmon closes the box's stdin when the "
         "attach connection that carried it ends, as Docker's stdin-once does (a box that "
-        "must outlive it, a sandbox, is refused at create)",
+        "must outlive it, a sandbox, gets a keeper process that holds one connection "
+        "for the box's lifetime)",
         Check.EMPTY,
     ),
     "Config.AttachStdin": _replace(

@@ -9,7 +9,10 @@ cannot say what pybox asks for:
   ulimits;
 - inspect answers the compatible document with Podman's own beside it, under
   `"Libpod"`, so the posture can read what only Podman's answer holds (the
-  cgroup namespace, the bounding capabilities, the runtime, the cgroup path).
+  cgroup namespace, the bounding capabilities, the runtime, the cgroup path);
+- a box whose stdin must outlive its creator's connection (a sandbox) gets a
+  keeper process that holds one attach connection for the box's lifetime, and
+  every attach to it goes through the keeper (`pybox._engine.keeper`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from pybox._core.errors import EngineError
 from pybox._core.seccomp import profile_sha256
 from pybox._engine.client import DockerEngine
 from pybox._engine.interface import JSONObject
-from pybox._engine.specgen import PodmanUnsupported, specgen
+from pybox._engine.keeper import connect_keeper, start_keeper
+from pybox._engine.specgen import PodmanUnsupported, needs_keeper, specgen
+from pybox._engine.stream import DockerAttachStream
 
 # Podman's own API, versioned by Podman's release (4.0.0 or later speaks this form).
 LIBPOD = "/v4.0.0/libpod"
@@ -118,7 +123,18 @@ class PodmanEngine(DockerEngine):
         if not isinstance(container_id, str) or not container_id:
             raise EngineError(f"Podman created {name} but returned no container ID: {result!r}")
         self._refuse_another_runtime(container_id, str(spec.get("oci_runtime") or ""))
+        if needs_keeper(body):
+            try:
+                start_keeper(self.endpoint.socket_path, self.api_version, container_id)
+            except BaseException:
+                self.remove_container(container_id)
+                raise
         return container_id
+
+    def attach(self, container_id: str) -> DockerAttachStream:
+        """Through the box's keeper when it has one, else the engine's attach."""
+        kept = connect_keeper(container_id)
+        return kept if kept is not None else super().attach(container_id)
 
     def _refuse_another_runtime(self, container_id: str, asked: str) -> None:
         """Podman 4.3 creates a box whose runtime it does not know with its default

@@ -128,18 +128,15 @@ _HOST_FIELDS = {
 }  # fmt: skip
 
 
+def needs_keeper(body: Mapping[str, Any]) -> bool:
+    """A box whose stdin must outlive the attach connection that carried it (a
+    sandbox): conmon closes a box's stdin when such a connection ends (it is never
+    started with --leave-stdin-open), so a keeper holds one (`pybox._engine.keeper`)."""
+    return bool(body.get("OpenStdin")) and body.get("StdinOnce") is False
+
+
 def _refuse_what_podman_would_not_apply(body: Mapping[str, Any], host: Mapping[str, Any]) -> None:
     """Fields Podman would take and then run differently, without saying so."""
-    if body.get("OpenStdin") and body.get("StdinOnce") is False:
-        # conmon closes the box's stdin when an attach connection carrying it ends,
-        # unless started with --leave-stdin-open, which Podman (4.3 and later) never
-        # passes for a container: the box would end with the process that made it.
-        raise PodmanUnsupported(
-            "StdinOnce",
-            False,
-            "Podman closes a box's stdin when the attach connection that carried it "
-            "ends, so a box cannot outlive its creator's connection (a sandbox)",
-        )
     network_none = str(host.get("NetworkMode") or "") == "none"
     if network_none != bool(body.get("NetworkDisabled")):
         # Podman has no switch apart from the network namespace: pybox's adapter

@@ -114,6 +114,23 @@ def build_box_spec(
     )
 
 
+def refuse_build_box_on_podman(
+    engine: Engine, what: str, error: type[PyboxError] = ImageBuildError
+) -> None:
+    """A build box is not mapped to Podman yet: refused before anything is made.
+
+    It reaches the package index over a bridge network, and Podman's bridge gives
+    the box the host's gateway address with its DNS server on it (docs/engines.md,
+    "Egress on Podman"); its posture table is Docker's only."""
+    if getattr(engine, "name", "docker") == "podman":
+        raise error(
+            f"{what} runs a build box, which pybox does not run on Podman yet: Podman's "
+            "bridge network gives the box the host's gateway address (docs/engines.md, "
+            "'Egress on Podman'). Nothing was made; use Docker for this step "
+            "(PYBOX_ENGINE=docker)."
+        )
+
+
 def build_box_body(spec: BuildBoxSpec) -> JSONObject:
     """The build box's create body, built from its posture table only."""
     return body_from(build_requirements(spec))

@@ -60,6 +60,7 @@ from pybox._features.images.build_box import (
     build_inputs_tar,
     pip_install_argv,
     read_back_build_box,
+    refuse_build_box_on_podman,
 )
 from pybox._features.images.lock_plans import (
     IMAGE_ENV,
@@ -137,6 +138,7 @@ def build_lock_image(
         f"{plural(len(plan.lock.requirements), 'locked package')} from {plan.lock_path} "
         f"on stdlib {plan.base.image_id[:19]}"
     )
+    refuse_build_box_on_podman(engine, f"Building {plan.name}")
     progress(f"pip's configuration: {pip.describe()}")
     for option, why in pip.skipped:
         progress(f"  not passed to the build box: {option} ({why})")

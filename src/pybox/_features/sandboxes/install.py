@@ -55,6 +55,7 @@ from pybox._features.images.build_box import (
     build_inputs_tar,
     pip_install_argv,
     read_back_build_box,
+    refuse_build_box_on_podman,
 )
 from pybox._features.images.lock_plans import read_pip_lock
 from pybox._features.images.records import verify_for_run
@@ -151,6 +152,7 @@ def install_libraries(
             f"An install needs a positive size and time limit, not {max_bytes} bytes and "
             f"{timeout_s:g} s."
         )
+    refuse_build_box_on_podman(engine, "Installing libraries", LibraryInstallError)
     progress = say or (lambda _message: None)
     started = time.monotonic()
     verify_for_run(engine, image)

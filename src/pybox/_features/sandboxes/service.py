@@ -368,7 +368,9 @@ class Sandboxes:
         try:
             box = reattach(self.session.box_context(), image, Limits(**row.limits["box"]), known)
         except SandboxGone as exc:
-            self._close(sandbox_id, str(exc)[:300])
+            # Its box has ended (or is gone): removed now, with its egress, not left
+            # to the sweep.
+            self._destroy_locked(row, str(exc)[:300])
             raise SandboxNotFound(f"Sandbox {sandbox_id} is gone: {exc}") from exc
         try:
             yield row, box

@@ -16,7 +16,6 @@ import os
 import signal
 import socket
 import stat
-import struct
 import threading
 import time
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ from pybox._core.poolwire import (
     identity_of,
 )
 from pybox._frontends.cli._poolexec import Fallback, Link, run_for_client
+from pybox._orchestration.services import listen_owner_only, peer_credentials
 from pybox._orchestration.session import Session
 
 FIRST_FRAME_TIMEOUT_S = 10.0
@@ -92,13 +92,6 @@ def receive_frame(
     header_len, body_len = frame_lengths(_read_exactly(sock, PREFIX.size), max_body_bytes)
     header = decode_header(_read_exactly(sock, header_len))
     return header, _read_exactly(sock, body_len) if body_len else b""
-
-
-def peer_uid(sock: socket.socket) -> tuple[int, int]:
-    """The connecting process's (pid, uid), from the kernel (SO_PEERCRED)."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _gid = struct.unpack("3i", raw)
-    return pid, uid
 
 
 def _config_stat(path: str | None) -> tuple[int, int, int, int] | None:
@@ -185,26 +178,11 @@ class PoolService:
     # -- listening --------------------------------------------------------------------
 
     def bind(self) -> None:
-        path = str(self.socket_path)
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(path)
-        except FileNotFoundError:
-            pass
-        except OSError:  # a socket nobody listens on: a service that died
-            os.unlink(path)
-        else:
-            raise StateError(f"A pool service already listens on {path}: `pybox pool status`.")
-        finally:
-            probe.close()
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        previous = os.umask(0o177)
-        try:
-            listener.bind(path)
-        finally:
-            os.umask(previous)
-        os.chmod(path, 0o600)
-        listener.listen(64)
+        listener = listen_owner_only(self.socket_path, 64)
+        if listener is None:
+            raise StateError(
+                f"A pool service already listens on {self.socket_path}: `pybox pool status`."
+            )
         self._listener = listener
 
     def serve_forever(self) -> None:
@@ -270,7 +248,7 @@ class PoolService:
             self._clients.release()
 
     def _handle(self, conn: socket.socket) -> None:
-        pid, uid = peer_uid(conn)
+        pid, uid = peer_credentials(conn)
         if uid != os.geteuid():
             self._count("refused")
             self.log(f"refused a connection from uid {uid} (pid {pid}): not this service's user")
