@@ -56,8 +56,8 @@ from pybox._features.images.build_box import (
     pip_install_argv,
     read_back_build_box,
 )
+from pybox._features.images.checks import verify_for_run
 from pybox._features.images.lock_plans import read_pip_lock
-from pybox._features.images.records import verify_for_run
 from pybox._features.sandboxes.site_tar import (
     InstalledPackage,
     describe_bytes,
