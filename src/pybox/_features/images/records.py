@@ -23,8 +23,8 @@ from pybox._core.posture import BOX_USER, DEFAULT_PATH, WORK_DIR
 from pybox._engine import Engine, JSONObject
 from pybox._features.images.checks import image_problem
 
-# The stdlib build's tools are imported by the build: a run checks its image
-# with this module and does not pay for them.
+# The stdlib build's tools are imported by the build; a run checks its image with
+# `checks` and imports none of this module.
 if TYPE_CHECKING:
     from pybox._adapters.rootfs import Progress, RootfsBuilder
     from pybox._adapters.rootfs_unshare import BuildAccess
