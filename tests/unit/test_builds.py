@@ -21,9 +21,9 @@ from pybox._core.request import RunRequest
 from pybox._core.seccomp import Confinement
 from pybox._features.images import build_box, builds
 from pybox._features.images.builds import BuildResult, build_lock_image
+from pybox._features.images.checks import verify_for_run
 from pybox._features.images.lock_plans import plan_lock_image
 from pybox._features.images.pip_output import explain_pip_failure
-from pybox._features.images.records import verify_for_run
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
 from tests.unit.test_posture import apply, weakenings

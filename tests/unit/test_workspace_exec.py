@@ -21,8 +21,8 @@ from pybox._core.images import LABEL_WORKSPACE_EXEC, ImageRecord, Recipe
 from pybox._core.limits import LimitRequest, Policy
 from pybox._core.posture import PYBOX_ROOT, TMP_DIR
 from pybox._core.request import RunRequest
+from pybox._features.images.checks import image_problem
 from pybox._features.images.deb_builds import plan_deb_image
-from pybox._features.images.records import image_problem
 from pybox._orchestration.session import Session
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine

@@ -8,7 +8,6 @@ import os
 import re
 import resource
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,6 +152,8 @@ def base_mirror(sources: list[AptSource], suite: str) -> AptSource:
 
 def bridge_gateway(interface: str = "docker0") -> str | None:
     """The IPv4 address of the engine's bridge on this machine, from `ip`; None if absent."""
+    import subprocess  # here: only `pybox verify` asks, and every run imports this module
+
     try:
         shown = subprocess.run(
             ["ip", "-o", "-4", "addr", "show", interface],

@@ -8,7 +8,6 @@ as a `user.` extended attribute with `os.setxattr`.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -35,6 +34,8 @@ def mark_quarantined(
         return
     value = quarantine_value()
     if (system or sys.platform) == "darwin":
+        import subprocess  # here: only macOS runs the tool, and every run imports this module
+
         argv = [xattr_tool, "-w", QUARANTINE_ATTR, value, *map(str, paths)]
         try:
             result = subprocess.run(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,8 @@ from typing import Any
 from pybox._core.errors import StateError
 from pybox._core.images import ImageRecord
 from pybox._core.locations import state_dir_path
+
+_NEW_PRIVATE_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def default_state_dir(environ: Mapping[str, str]) -> Path:
@@ -48,7 +49,10 @@ class StateStore:
     def _write_json(self, path: Path, data: Any) -> None:
         self._ensure(path.parent)
         try:
-            fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+            # What tempfile.mkstemp does, without importing tempfile (and shutil, bz2
+            # and lzma with it) on every run: a new private file, never an old one.
+            temporary = path.parent / f".{path.name}.{os.urandom(6).hex()}"
+            fd = os.open(temporary, _NEW_PRIVATE_FILE, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(data, handle, indent=2, sort_keys=True)
                 handle.write("\n")

@@ -16,9 +16,8 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pybox._adapters.egress_config import MachineRegistries
 from pybox._boxes.cleanup import remove_and_confirm
 from pybox._boxes.spec import BoxContext, new_box_uid
 from pybox._core.egress import (
@@ -50,6 +49,9 @@ from pybox._core.receipt import Unknown
 from pybox._core.request import InputFile, RunRequest
 from pybox._engine import Engine, NetworkEngine
 from pybox._inbox import inbox_program
+
+if TYPE_CHECKING:  # configparser with it: only a `packages` box reads pip's and npm's files
+    from pybox._adapters.egress_config import MachineRegistries
 
 LISTEN_WAIT_S = 15.0
 DRAIN_WAIT_S = 3.0

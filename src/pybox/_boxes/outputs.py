@@ -13,9 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import stat
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,9 @@ from pybox._core.boxquote import quoting
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.receipt import ReturnedFileDigest, SkippedFile
 from pybox._core.wire import MAX_SKIPPED_LISTED, ProtocolError
+
+# shutil and tempfile (with bz2, lzma and zlib) are imported by the functions that
+# stage and remove returned files: a run that returns none does not pay for them.
 
 MAX_PATH_DEPTH = 32
 MAX_PATH_BYTES = 1024
@@ -195,6 +196,8 @@ def sweep_stale_staging(
             continue
         if alive(owner) is not False:
             continue
+        import shutil
+
         shutil.rmtree(path, ignore_errors=True)  # never follows links out of the tree
         if not os.path.lexists(path):
             removed.append(path)
@@ -214,6 +217,8 @@ def stage_private(
     while holding returned files leaves nothing that the next one does not
     remove: stale ones of dead pybox processes in that folder go first.
     """
+    import tempfile
+
     where = Path(tempfile.gettempdir()) if parent is None else parent
     swept = sweep_stale_staging(where, alive)
     prefix = _staging_prefix(current_owner() if owner is None else owner)
@@ -261,6 +266,8 @@ def stage_destination(
     The destination must not exist, or be an empty directory: pybox never
     mixes returned files into existing ones.
     """
+    import tempfile
+
     destination = check_destination(destination)
     parent = destination.absolute().parent
     swept = sweep_stale_staging(parent, alive)
@@ -302,4 +309,6 @@ def publish(staging: Path, destination: Path, mark: FileMarker | None = None) ->
 
 
 def discard(staging: Path) -> None:
+    import shutil
+
     shutil.rmtree(staging, ignore_errors=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +122,8 @@ class ImageRecord:
         `--lock`, `pybox image build NAME` takes pybox's shipped lock of that name).
         """
         if self.lock_path and self.name != "stdlib":
+            import shlex  # here: only a refusal prints this, and every run imports this module
+
             return f"pybox image build {self.name} --lock {shlex.quote(self.lock_path)}"
         return f"pybox image build {self.name}"
 

@@ -10,7 +10,7 @@ the run as a sandbox error: never a weaker box.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -299,13 +299,13 @@ def create_body(spec: BoxSpec) -> dict[str, Any]:
 
 def readback_requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
     """`requirements(spec)` as the spec's engine shows them (Podman: posture_podman)."""
+    table = requirements(spec)
+    if spec.engine != "podman":
+        return table
+    # Imported here: a Docker engine's runs do not pay for Podman's views.
     from pybox._core.posture_podman import podman_requirements
 
-    readers: dict[str, Callable[[BoxSpec, tuple[Requirement, ...]], tuple[Requirement, ...]]]
-    readers = {"podman": podman_requirements}
-    reader = readers.get(spec.engine)
-    table = requirements(spec)
-    return table if reader is None else reader(spec, table)
+    return podman_requirements(spec, table)
 
 
 def verify(spec: BoxSpec, inspected: Mapping[str, Any]) -> PostureReport:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pybox._core.errors import ConfigError
 from pybox._engine.client import DockerEngine
 from pybox._engine.endpoint import EngineEndpoint
-from pybox._engine.podman import PodmanEngine
 from pybox._engine.transport import Transport
 
 # An engine's Server header product -> pybox's name for it.
@@ -34,6 +33,9 @@ def connect_engine(
             f"asked for. Point pybox at a {expected} socket, or choose engine = {name!r}."
         )
     if name == "podman":
+        # Imported here: a Docker engine's runs do not pay for Podman's workarounds.
+        from pybox._engine.podman import PodmanEngine
+
         engine: DockerEngine = PodmanEngine(
             endpoint, probe.api_version, probe.server_version, transport=probe.transport
         )

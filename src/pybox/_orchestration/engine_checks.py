@@ -8,7 +8,6 @@ with the reason and the fix, rather than run boxes without their caps.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,6 +44,8 @@ def refuse_unsafe_engine(name: str, info: Mapping[str, Any]) -> None:
 
 def podman_start_hint(cgroup_version: int | None) -> str | None:
     """How to start Podman's API service when Podman is installed (None: it is not)."""
+    import shutil  # here: a run that reaches the engine never needs it
+
     if shutil.which("podman") is None:
         return None
     # crun (Podman's default) refuses a cgroup v1 or hybrid host; runc does not.

@@ -23,7 +23,6 @@ from pybox._adapters.cgroups import (
 )
 from pybox._adapters.config import Settings
 from pybox._adapters.host_facts import owner_alive
-from pybox._adapters.quarantine import mark_quarantined
 from pybox._boxes.outputs import FileMarker
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._core.errors import InvalidRequest, PlatformError, VMIsolationError
@@ -242,6 +241,8 @@ class ColimaHost:
         """Returned files from the VM get the macOS quarantine mark."""
 
         def mark(paths: list[Path]) -> None:
+            from pybox._adapters.quarantine import mark_quarantined  # only the Mac's runs
+
             mark_quarantined(paths)
 
         return mark

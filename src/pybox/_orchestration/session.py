@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pybox._adapters.cgroups import SamplerFactory, engine_path_sampler_factory
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.confinement import confinement
-from pybox._adapters.egress_config import machine_registries
 from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.state import StateStore
 from pybox._boxes.box import run_once
@@ -190,7 +189,11 @@ class Session(SessionFeatures, SessionImages):
         """A box's egress: its mode within the operator's policy (refused, never
         narrowed), with what this machine's pip and npm configuration names."""
         mode = choose_mode(requested, self.egress_settings)
-        machine = machine_registries(self._environ) if mode == PACKAGES else None
+        machine = None
+        if mode == PACKAGES:  # configparser and pip's files: only for a `packages` box
+            from pybox._adapters.egress_config import machine_registries
+
+            machine = machine_registries(self._environ)
         return EgressRequest(mode, self.egress_settings, machine)
 
     def runtime_choice(self, requested: str | None = None) -> RuntimeChoice:

@@ -10,20 +10,14 @@ from pybox._adapters.state import StateStore
 from pybox._core.errors import ImageError, PyboxError
 from pybox._core.images import ImageRecord
 from pybox._engine import Engine
-from pybox._features.images.lock_plans import lock_changed
-from pybox._features.images.records import (
-    BuildPlan,
-    ImageStatus,
-    build_stdlib,
-    check_images,
-    other_users_image_hint,
-    plan_stdlib,
-    verify_for_run,
-)
+from pybox._features.images.checks import verify_for_run
 
+# Building and listing images (`records`) is imported by the methods that do it: a
+# run only checks its image (`checks`) and does not pay for the rest.
 if TYPE_CHECKING:
     from pybox._adapters.rootfs import Progress
     from pybox._features.images.operations import ImageOperations
+    from pybox._features.images.records import BuildPlan, ImageStatus
     from pybox._orchestration.hosts import Host
 
 
@@ -63,18 +57,23 @@ class SessionImages:
             engine = self.engine
         except PyboxError:
             return None  # the run itself reports the unreachable engine
+        from pybox._features.images.records import other_users_image_hint
+
         return other_users_image_hint(engine, self.state)
 
     def verified_image(self, name: str) -> ImageRecord:
         """The recorded image, checked against the engine (ID, name and recipe labels)
         and against its lock file. Anything else is refused, never used."""
         record = self.image(name)
-        changed = lock_changed(record)
-        if changed is not None:
-            raise ImageError(
-                f"Refusing to run image {name}: {changed}. Rebuild it with "
-                f"`{record.rebuild_command}`."
-            )
+        if record.lock_path:  # the stdlib image has no lock: its runs skip the lock module
+            from pybox._features.images.lock_plans import lock_changed
+
+            changed = lock_changed(record)
+            if changed is not None:
+                raise ImageError(
+                    f"Refusing to run image {name}: {changed}. Rebuild it with "
+                    f"`{record.rebuild_command}`."
+                )
         key = (record.name, record.image_id, record.recipe_hash)
         if key not in self._verified_images:
             verify_for_run(self.engine, record)
@@ -82,6 +81,8 @@ class SessionImages:
         return record
 
     def plan_stdlib(self, *, mirror: str | None = None, suite: str | None = None) -> BuildPlan:
+        from pybox._features.images.records import plan_stdlib
+
         if self.host is not None and self.host.in_vm:
             from pybox._adapters.colima.rootfs_build import VM_DEBIAN_KEYRING
             from pybox._features.vm.setup import vm_build_source
@@ -102,6 +103,8 @@ class SessionImages:
     def build_stdlib(
         self, plan: BuildPlan, progress: Progress, *, force: bool = False
     ) -> ImageRecord:
+        from pybox._features.images.records import build_stdlib
+
         builder = None
         if self.host is not None and self.host.in_vm:
             from pybox._adapters.colima.rootfs_build import VMRootfsBuilder
@@ -110,6 +113,8 @@ class SessionImages:
         return build_stdlib(self.engine, self.state, plan, progress, force=force, builder=builder)
 
     def check_images(self) -> list[ImageStatus]:
+        from pybox._features.images.records import check_images
+
         return check_images(self.engine, self.state)
 
     def images(self) -> ImageOperations:

@@ -9,13 +9,18 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, ImageError, InvalidRequest
 from pybox._core.images import IMAGE_REPO_PREFIX, ImageRecord, Recipe, check_image_name
-from pybox._core.locks import Lock, parse_lock
 from pybox._core.posture import DEFAULT_PATH
 from pybox._engine import Engine
+
+# The lock parser is imported by what reads a lock: a run only compares a record's
+# lock digest (`lock_changed`) and does not pay for it.
+if TYPE_CHECKING:
+    from pybox._core.locks import Lock
 
 LOCK_BUILDER_VERSION = 1
 VENV_DIR = "/opt/venv"
@@ -57,6 +62,8 @@ def read_lock(path: Path) -> Lock:
         ) from exc
     except UnicodeDecodeError as exc:
         raise InvalidRequest(f"The lock file {path} is not UTF-8 text.") from exc
+    from pybox._core.locks import parse_lock
+
     return parse_lock(text, str(path))
 
 

@@ -21,6 +21,7 @@ from pybox._core.pins import ImagePin, check_registry
 from pybox._engine import Engine
 from pybox._features.images import registry
 from pybox._features.images.builds import BuildResult, build_lock_image
+from pybox._features.images.checks import image_problem
 from pybox._features.images.deb_builds import DebBuildPlan, build_deb_image, plan_deb_image
 from pybox._features.images.lock_plans import (
     LockBuildPlan,
@@ -30,7 +31,7 @@ from pybox._features.images.lock_plans import (
     read_lock,
     shipped_lock,
 )
-from pybox._features.images.records import image_problem, remove_recorded, remove_replaced
+from pybox._features.images.records import remove_recorded, remove_replaced
 from pybox._version import __version__
 
 

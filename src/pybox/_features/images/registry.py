@@ -25,8 +25,8 @@ from pybox._core.images import (
 )
 from pybox._core.pins import ImagePin, check_registry, parse_pins
 from pybox._engine import Engine, JSONObject
+from pybox._features.images.checks import verify_for_run
 from pybox._features.images.lock_plans import locks_dir
-from pybox._features.images.records import verify_for_run
 
 PINS_FILE = "images.toml"
 DEFAULT_PYTHON = "/usr/bin/python3"

@@ -57,8 +57,8 @@ from pybox._features.images.build_box import (
     read_back_build_box,
     refuse_build_box_on_podman,
 )
+from pybox._features.images.checks import verify_for_run
 from pybox._features.images.lock_plans import read_pip_lock
-from pybox._features.images.records import verify_for_run
 from pybox._features.sandboxes.site_tar import (
     InstalledPackage,
     describe_bytes,
