@@ -164,11 +164,22 @@ def test_pool_settings_come_from_the_config_file_and_environment(tmp_path: Path)
     assert settings.pool == PoolSettings(3, 60.0, 1024 * MIB)
     env = {"PYBOX_STATE_DIR": str(tmp_path), "PYBOX_POOL_BOXES": "0"}
     assert load_settings(env, str(config)).pool.boxes_per_profile == 0
+    assert settings.pool.concurrent_starts == 4
+    env = {"PYBOX_STATE_DIR": str(tmp_path), "PYBOX_POOL_STARTS": "3"}
+    assert load_settings(env, str(config)).pool.concurrent_starts == 3
 
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("boxes_per_profile", "2.5"), ("boxes_per_profile", "-1"), ("idle_s", "0"), ("size", "1")],
+    [
+        ("boxes_per_profile", "2.5"),
+        ("boxes_per_profile", "-1"),
+        ("idle_s", "0"),
+        ("size", "1"),
+        ("concurrent_starts", "0"),
+        ("concurrent_starts", "1.5"),
+        ("concurrent_starts", "17"),
+    ],
 )
 def test_bad_pool_settings_are_clear_errors(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match="pool"):
@@ -359,4 +370,69 @@ def test_two_boxes_start_at_once(state: StateStore) -> None:
         assert pool.wait_ready(key, 10.0)
         assert pool.stats().started == 2 and pool.stats().failed == 0
     finally:
+        assert pool.close() == []
+
+
+class _CountsInFlight(FakeEngine):
+    """Creates that take a while, counting how many are in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self.in_flight = self.most_in_flight = 0
+
+    def create_container(self, name: str, body: JSONObject) -> str:
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        time.sleep(0.2)
+        with self.lock:
+            self.in_flight -= 1
+        return super().create_container(name, body)
+
+
+@pytest.mark.parametrize("starts", [1, 3])
+def test_the_boxes_started_at_once_are_a_setting(state: StateStore, starts: int) -> None:
+    engine = _CountsInFlight()
+    settings = PoolSettings(boxes_per_profile=4, concurrent_starts=starts)
+    pool = WarmPool(lambda _runtime: make_context(engine, state), settings)
+    key = PoolKey.of(state.image("stdlib"), Policy().resolve(LimitRequest()), "main.py")  # type: ignore[arg-type]
+    try:
+        assert pool.wait_ready(key, 10.0)
+        deadline = time.monotonic() + 10
+        while pool.stats().started < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.stats().started == 4
+        assert engine.most_in_flight == starts
+    finally:
+        assert pool.close() == []
+
+
+def test_a_replacement_is_held_only_while_the_waiting_boxes_cover_the_runs(
+    state: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a hold far longer than the test, a start can only come from the rule.
+    monkeypatch.setattr("pybox._boxes.pool.REFILL_HOLD_S", 600.0)
+    engine = FakeEngine()
+    pool = WarmPool(lambda _runtime: make_context(engine, state), PoolSettings(boxes_per_profile=2))
+    key = PoolKey.of(state.image("stdlib"), Policy().resolve(LimitRequest()), "main.py")  # type: ignore[arg-type]
+    taken = []
+    try:
+        assert pool.wait_ready(key, 10.0)
+        deadline = time.monotonic() + 10
+        while pool.stats().started < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        taken.append(pool.take(key))  # one run, one box still waiting: held
+        time.sleep(0.5)
+        assert pool.stats().started == 2
+        taken.append(pool.take(key))  # a second run at once, none waiting: start now
+        while pool.stats().started < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pool.stats().started >= 3
+        assert pool.stats().missed == 0
+    finally:
+        for box in taken:
+            if box is not None:
+                box.remove(look=False)
+                pool.done(key, box)
         assert pool.close() == []

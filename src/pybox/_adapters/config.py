@@ -53,6 +53,7 @@ POOL_ENV = {
     "PYBOX_POOL_MAX_BOXES": "max_boxes_per_profile",
     "PYBOX_POOL_IDLE_S": "idle_s",
     "PYBOX_POOL_MEMORY_MIB": "memory_budget_mib",
+    "PYBOX_POOL_STARTS": "concurrent_starts",
 }
 ADMISSION_ENV = {f"PYBOX_{key.upper()}": key for key in ADMISSION_KEYS}
 CONFIG_SECTIONS = (

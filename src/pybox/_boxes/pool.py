@@ -3,8 +3,8 @@
 Each waiting box is a complete box: created with the same posture, read back
 and verified, attached and started, its bootstrap waiting for code on stdin.
 A run takes one, uses it once, and removes it like any other box; a worker
-thread starts replacements in the background (up to `CONCURRENT_STARTS` at
-once, each in a thread of its own). Every run still gets a box nobody else
+thread starts replacements in the background (up to the settings'
+`concurrent_starts` at once, each in a thread of its own). Every run still gets a box nobody else
 has used.
 
 Boxes are kept per profile (image, limits, code file name). A profile exists
@@ -50,6 +50,7 @@ from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
 FAILURE_BACKOFF_S = (1.0, 5.0, 30.0, 120.0)
 # A replacement waits until the run that took a box is done (or this long):
 # starting a box competes for the CPUs with the run's own end and teardown.
+# Only while the boxes still waiting cover the runs in progress (see _next_job).
 REFILL_HOLD_S = 1.0
 # With no slot free for a box, look again after this long (not a failure).
 SLOT_RETRY_S = 1.0
@@ -58,10 +59,6 @@ SLOT_RETRY_S = 1.0
 DEMAND_WINDOW_S = 10.0
 # Without a miss for this long, a profile's target falls by one box.
 SHRINK_AFTER_S = 30.0
-# Boxes started at once. A start is mostly waiting on the engine (create, read
-# back, start, the bootstrap's hello), so two overlap well on two CPUs; one at a
-# time, two callers drained the pool faster than it refilled (13 hits of 24).
-CONCURRENT_STARTS = 2
 
 
 class Held(Protocol):
@@ -335,7 +332,7 @@ class WarmPool:
                 profile.target, profile.last_resize = profile.target - 1, now  # demand fell
             if len(profile.waiting) > profile.target:
                 return "discard", profile, profile.waiting.pop(0)
-        if len(self._starters) >= CONCURRENT_STARTS:
+        if len(self._starters) >= self.settings.concurrent_starts:
             return None
         for profile in self._profiles.values():
             short = len(profile.waiting) + profile.starting < profile.target
@@ -344,7 +341,11 @@ class WarmPool:
                 <= self.settings.memory_budget_bytes
             )
             in_demand = now - profile.last_miss < DEMAND_WINDOW_S
-            hold = 0.0 if in_demand else profile.hold_until
+            # Runs that overlap, more than the boxes waiting: the hold would be
+            # renewed by each take and the next call miss, so start now. One run
+            # at a time keeps the hold (its caller may think before the next).
+            covered = profile.in_use < 2 or len(profile.waiting) >= profile.in_use
+            hold = profile.hold_until if covered and not in_demand else 0.0
             if short and room and now >= max(profile.retry_at, hold):
                 profile.starting += 1
                 return "start", profile, None
