@@ -20,7 +20,8 @@ After each warm call the benchmark sleeps ``--think-s`` (unmeasured) so the
 pool can start and preload the next box, as an agent's think-time would. Every
 run must print the program's line; warm hits are counted from each receipt's
 ``box_source``, and each warm receipt's preload report is kept (modules, the
-imports' seconds, the resident memory they added), and each run's
+imports' seconds, the resident memory they added, the objects ``gc.freeze()``
+moved to the permanent generation after them and its seconds), and each run's
 ``run_duration_s`` (code sent to the exit report: the program's own time,
 its interpreter's exit included) gives a "program p50" per path. The ``data`` image must be
 recorded with modules to preload (``pybox image build data``).
@@ -162,6 +163,8 @@ def main() -> int:
         "preload": {
             "seconds_p50": _p50(p.get("seconds") for p in preloads),
             "added_rss_mib_p50": _p50((p.get("added_rss_bytes") or 0) / 2**20 for p in preloads),
+            "frozen_objects_p50": _p50(p.get("frozen_objects") for p in preloads),
+            "freeze_s_p50": _p50(p.get("freeze_s") for p in preloads),
             "fallbacks": sum(1 for p in preloads if p.get("fallback")),
             "reports": len(preloads),
         },
