@@ -27,7 +27,9 @@ PROBE = b"""
 import json, os, sys
 import __main__
 print(json.dumps({
-    "preloaded": sorted(m for m in ("decimal", "fractions", "noisy", "broken") if m in sys.modules),
+    "preloaded": sorted(
+        m for m in ("decimal", "fractions", "noisy", "broken", "nofreeze") if m in sys.modules
+    ),
     "argv": sys.argv, "file": __file__, "path0": sys.path[0], "cwd": os.getcwd(),
     "main_spec": repr(__main__.__spec__), "orig_argv": sys.orig_argv[1:],
     "leftovers": sorted(n for n in os.listdir("..") if n.startswith(".pre")),
@@ -48,6 +50,8 @@ def make_image_python(tmp_path: Path, root: Path) -> str:
     (site / preload.HOOK_FILE).write_text(preload.hook_line(str(root / ".preload")))
     (site / "noisy.py").write_text("print('hello from an import')\n")
     (site / "broken.py").write_text("raise ImportError('not here')\n")
+    # An interpreter whose collector cannot freeze: the preload falls back.
+    (site / "nofreeze.py").write_text("import gc\ndel gc.freeze\n")
     return str(venv / "bin" / "python3")
 
 
@@ -128,6 +132,7 @@ def test_without_a_preload_nothing_is_imported(make_box: Any) -> None:
     [
         (("decimal", "noisy"), {}, "the preload printed"),
         (("decimal", "broken"), {}, "a preload failed: broken: ImportError"),
+        (("decimal", "nofreeze"), {}, "a preload failed: gc.freeze: AttributeError"),
         (("decimal",), {"args": ("x",)}, "arguments, environment variables or stdin"),
         (
             ("decimal",),

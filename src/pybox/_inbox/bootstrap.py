@@ -134,7 +134,10 @@ def _preload(parent, modules, request, result):
                 break
             done.append(name)
         if not failed:
-            frozen, freeze_s = _freeze()
+            try:
+                frozen, freeze_s = _freeze()
+            except BaseException as exc:
+                failed = ("gc.freeze: %s: %s" % (type(exc).__name__, exc))[:500]
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
