@@ -131,7 +131,7 @@ def main() -> int:
         for server in (mcp_cold, mcp_warm):
             with suppress(Exception):
                 server.close()
-    stats = {
+    stats: dict[str, dict[str, Any]] = {
         path: {
             "n": len(values),
             "p50_ms": round(percentile(values, 50) * 1000, 1),
