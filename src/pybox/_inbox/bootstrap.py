@@ -124,7 +124,7 @@ def _preload(parent, modules, request, result):
     saved = os.dup(1), os.dup(2)
     os.dup2(out, 1)
     os.dup2(out, 2)
-    done, failed, frozen, freeze_s = [], "", 0, 0.0
+    done, failed, frozen, freeze_s, imports_s = [], "", 0, 0.0, None
     try:
         for name in modules:
             try:
@@ -133,6 +133,7 @@ def _preload(parent, modules, request, result):
                 failed = ("%s: %s: %s" % (name, type(exc).__name__, exc))[:500]
                 break
             done.append(name)
+        imports_s = os.times().elapsed - started
         if not failed:
             try:
                 frozen, freeze_s = _freeze()
@@ -156,7 +157,7 @@ def _preload(parent, modules, request, result):
         "modules\t" + ",".join(done),
         "failed\t" + failed.replace("\t", " ").replace("\n", " "),
         "printed_bytes\t%d" % printed,
-        "seconds\t%.4f" % (os.times().elapsed - started),
+        "seconds\t%.4f" % (os.times().elapsed - started if imports_s is None else imports_s),
         "rss_before_bytes\t%d" % before.get("VmRSS", 0),
         "rss_bytes\t%d" % after.get("VmRSS", 0),
         "peak_rss_bytes\t%d" % after.get("VmHWM", 0),
