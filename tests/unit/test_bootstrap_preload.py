@@ -27,7 +27,9 @@ PROBE = b"""
 import json, os, sys
 import __main__
 print(json.dumps({
-    "preloaded": sorted(m for m in ("decimal", "fractions", "noisy", "broken") if m in sys.modules),
+    "preloaded": sorted(
+        m for m in ("decimal", "fractions", "noisy", "broken", "nofreeze") if m in sys.modules
+    ),
     "argv": sys.argv, "file": __file__, "path0": sys.path[0], "cwd": os.getcwd(),
     "main_spec": repr(__main__.__spec__), "orig_argv": sys.orig_argv[1:],
     "leftovers": sorted(n for n in os.listdir("..") if n.startswith(".pre")),
@@ -48,6 +50,8 @@ def make_image_python(tmp_path: Path, root: Path) -> str:
     (site / preload.HOOK_FILE).write_text(preload.hook_line(str(root / ".preload")))
     (site / "noisy.py").write_text("print('hello from an import')\n")
     (site / "broken.py").write_text("raise ImportError('not here')\n")
+    # An interpreter whose collector cannot freeze: the preload falls back.
+    (site / "nofreeze.py").write_text("import gc\ndel gc.freeze\n")
     return str(venv / "bin" / "python3")
 
 
@@ -128,6 +132,7 @@ def test_without_a_preload_nothing_is_imported(make_box: Any) -> None:
     [
         (("decimal", "noisy"), {}, "the preload printed"),
         (("decimal", "broken"), {}, "a preload failed: broken: ImportError"),
+        (("decimal", "nofreeze"), {}, "a preload failed: gc.freeze: AttributeError"),
         (("decimal",), {"args": ("x",)}, "arguments, environment variables or stdin"),
         (
             ("decimal",),
@@ -149,3 +154,85 @@ def test_anything_a_fresh_interpreter_would_do_differently_falls_back(
     assert seen["preloaded"] == []
     assert why in started["preload"]["fallback"]
     assert started["preload"]["modules"] == []
+
+
+# A fresh interpreter's collector, as the program sees it: its own cycles are
+# collected (a finalizer and a __del__ mark them), the collector is on with the
+# default thresholds, and the preload took no gc or time module of its own into
+# sys.modules. What it can tell apart is gc.get_freeze_count() (and that
+# gc.get_objects() leaves out the frozen objects).
+GC_PROBE = b"""
+import sys
+loaded = {name: name in sys.modules for name in ("gc", "time")}
+import gc, json, weakref
+marks = []
+class Node:
+    def __del__(self):
+        marks.append("del")
+def make_cycles():
+    for _ in range(100):
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+    holder = []
+    holder.append(holder)
+    weakref.finalize(Node(), marks.append, "plain")
+    ring = [Node()]
+    ring.append(ring)
+    weakref.finalize(ring[0], marks.append, "finalized")
+make_cycles()
+collected = gc.collect()
+print(json.dumps({
+    "loaded": loaded, "collected": collected, "marks": sorted(set(marks)),
+    "dels": marks.count("del"), "enabled": gc.isenabled(),
+    "threshold": gc.get_threshold(), "freeze_count": gc.get_freeze_count(),
+    "garbage": len(gc.garbage),
+}))
+"""
+
+
+def fresh_run(tmp_path: Path, code: bytes) -> dict[str, Any]:
+    """`python3 main.py` in the image's Python, with no request left: a fresh interpreter."""
+    import tests.unit.test_bootstrap_programs as programs
+
+    folder = tmp_path / "fresh"
+    folder.mkdir()
+    (folder / "main.py").write_bytes(code)
+    done = subprocess.run(
+        [programs.PYTHON, "main.py"], cwd=folder, capture_output=True, check=True, timeout=60
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_the_preload_freezes_what_it_made_and_the_program_still_collects_its_own(
+    make_box: Any, tmp_path: Path
+) -> None:
+    fresh = fresh_run(tmp_path, GC_PROBE)
+    seen, started = make_box(("decimal", "fractions")).run(GC_PROBE)
+    report = started["preload"]
+    assert report["fallback"] is None
+    assert report["frozen_objects"] > 1000 and report["freeze_s"] >= 0
+    # The program's own cyclic garbage is collected, finalizers and __del__ included.
+    assert seen["marks"] == fresh["marks"] == ["del", "finalized", "plain"]
+    assert seen["dels"] == fresh["dels"] == 202
+    assert seen["collected"] > 0 and seen["garbage"] == fresh["garbage"] == 0
+    for key in ("loaded", "enabled", "threshold"):
+        assert seen[key] == fresh[key], key
+    assert seen["enabled"] is True
+    # The difference a program can see: the frozen objects (some freed since).
+    assert fresh["freeze_count"] == 0
+    assert 0 < seen["freeze_count"] <= report["frozen_objects"]
+
+
+def test_a_fallback_runs_an_interpreter_that_froze_nothing(make_box: Any) -> None:
+    seen, started = make_box(("decimal",)).run(GC_PROBE, args=("x",))
+    report = started["preload"]
+    assert "arguments" in report["fallback"]
+    assert report["frozen_objects"] == 0 and seen["freeze_count"] == 0
+
+
+def test_a_failed_preload_freezes_nothing(make_box: Any) -> None:
+    seen, started = make_box(("decimal", "broken")).run(GC_PROBE)
+    report = started["preload"]
+    assert report["frozen_objects"] == 0 and report["freeze_s"] == 0
+    assert seen["freeze_count"] == 0

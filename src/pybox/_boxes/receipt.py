@@ -285,6 +285,8 @@ def preload_report(record: RunRecord) -> PreloadReport:
         rss_bytes=rss,
         added_rss_bytes=None if rss is None or before is None else max(rss - before, 0),
         peak_rss_bytes=_count_or_none(raw.get("peak_rss_bytes")),
+        frozen_objects=0 if not modules else _count_or_none(raw.get("frozen_objects")),
+        freeze_s=_seconds_or_none(raw.get("freeze_s")),
     )
 
 

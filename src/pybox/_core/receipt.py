@@ -271,6 +271,10 @@ class PreloadReport:
     rss_bytes: int | None  # the interpreter's resident memory after the imports
     added_rss_bytes: int | None  # of which the imports added
     peak_rss_bytes: int | None  # the interpreter's own peak, then
+    # Objects `gc.freeze()` moved to the permanent generation after the imports
+    # (0 after a fallback), and the seconds the collection and freeze took.
+    frozen_objects: int | None
+    freeze_s: float | None
 
 
 @dataclass(frozen=True)
@@ -458,8 +462,14 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
         f"{' (truncated)' if program.stderr.truncated else ''}{files}"
     )
     if preload is not None:
+        frozen = (
+            f"; {plural(preload.frozen_objects, 'object')} frozen by gc.freeze() in "
+            f"{_seconds(preload.freeze_s)}"
+            if preload.frozen_objects
+            else ""
+        )
         lines.append(
-            f"  preload: {', '.join(preload.modules)} imported before the code arrived"
+            f"  preload: {', '.join(preload.modules)} imported before the code arrived{frozen}"
             if preload.modules
             else f"  preload: none; a fresh interpreter ran it ({preload.fallback})"
         )

@@ -48,7 +48,8 @@ def run_program(link, python, header, started, defaults, protocol, first, preloa
         fallback = preload_fallback(preload, header, report)
         if fallback is not None:
             started = restart(started, python, code_name, header, defaults)
-            report = dict(report or {}, modules=[])
+            # The interpreter that runs it imported and froze nothing.
+            report = dict(report or {}, modules=[], frozen_objects=0)
         report["fallback"] = fallback
         started_report["preload"] = report
     if not first:

@@ -168,9 +168,16 @@ def read_preload_result():
             found[key] = value
     report = {"modules": [m for m in found.get("modules", "").split(",") if m]}
     report["failed"] = found.get("failed") or None
-    for key in ("printed_bytes", "rss_before_bytes", "rss_bytes", "peak_rss_bytes"):
+    for key in (
+        "printed_bytes",
+        "rss_before_bytes",
+        "rss_bytes",
+        "peak_rss_bytes",
+        "frozen_objects",
+    ):
         report[key] = int(found.get(key) or 0)
-    report["seconds"] = float(found.get("seconds") or 0)
+    for key in ("seconds", "freeze_s"):
+        report[key] = float(found.get(key) or 0)
     return report
 
 
