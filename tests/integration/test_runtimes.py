@@ -217,7 +217,6 @@ def test_exec_runtime_flag_and_refusal(engine: Engine, cli_env: dict[str, str]) 
     need_lane(engine, GVISOR)
     env = {
         **cli_env,
-        "PYBOX_GVISOR_PREVIEW": "1",
         "PYBOX_GVISOR_ENGINE_RUNTIME": GVISOR_ENGINE_RUNTIME,
     }
     done = run_cli(["exec", "--json", "--runtime", "gvisor", "-"], env, WHERE)

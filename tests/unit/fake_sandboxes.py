@@ -50,8 +50,10 @@ class FakeSandboxes:
         libraries: tuple[str, ...] | list[str] = (),
         say: Any = None,
         egress: str | None = None,
+        runtime: str | None = None,
     ) -> SandboxInfo:
         self._maybe_fail()
+        self.runtime = runtime
         resolved = self.session.policy.resolve(limits or LimitRequest())  # refusals are real
         self.session.egress_request(egress)  # refusals are real
         self.egress = egress

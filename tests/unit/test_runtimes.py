@@ -84,15 +84,14 @@ def test_runtime_settings_from_file_and_environment(tmp_path: Path) -> None:
         'runtime = "gvisor"\nallowed_runtimes = ["gvisor", "runc"]\n'
         '[gvisor]\nengine_runtime = "runsc-ptrace"\n'
     )
-    # The lane is a preview: chosen without PYBOX_GVISOR_PREVIEW=1 it is a config
-    # error naming the measured gaps; by default a run cannot ask for it.
-    with pytest.raises(ConfigError, match="PYBOX_GVISOR_PREVIEW=1"):
-        load_settings({"PYBOX_STATE_DIR": str(tmp_path)}, str(config))
+    # No preview gate any more: the file's choice stands (PYBOX_GVISOR_PREVIEW is
+    # not read), and by default a run may ask for either lane.
     plain = load_settings({"PYBOX_STATE_DIR": str(tmp_path)})
-    assert plain.runtimes.allowed == ("runc",) and "PREVIEW" in plain.runtimes.source
-    runc = load_settings({"PYBOX_STATE_DIR": str(tmp_path), "PYBOX_RUNTIME": "runc"})
-    assert runc.runtimes.allowed == ("runc",)  # what `pybox verify` gives its children
-    preview = {"PYBOX_STATE_DIR": str(tmp_path), "PYBOX_GVISOR_PREVIEW": "1"}
+    assert plain.runtimes.default == "runc"
+    assert plain.runtimes.allowed == ("runc", "gvisor")
+    runc = load_settings({"PYBOX_STATE_DIR": str(tmp_path), "PYBOX_ALLOWED_RUNTIMES": "runc"})
+    assert runc.runtimes.allowed == ("runc",)
+    preview = {"PYBOX_STATE_DIR": str(tmp_path)}
     settings = load_settings(preview, str(config))
     assert settings.runtimes.default == GVISOR
     assert settings.runtimes.engine_runtime(GVISOR) == "runsc-ptrace"

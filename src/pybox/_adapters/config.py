@@ -31,7 +31,6 @@ from typing import Any
 
 from pybox._adapters.runtime_config import (
     RUNTIME_SECTIONS,
-    gvisor_preview_gate,
     runtime_policy_from_env,
     runtime_policy_from_file,
 )
@@ -296,7 +295,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         policy = dataclasses.replace(policy, allow_credential_env=allow == "1")
         if "environment" not in sources:
             sources.append("environment")
-    runtimes = gvisor_preview_gate(runtime_policy_from_env(runtimes, environ), environ)
+    runtimes = runtime_policy_from_env(runtimes, environ)
     if environ.get("PYBOX_PLATFORM"):
         platform = _platform_choice(environ["PYBOX_PLATFORM"], "PYBOX_PLATFORM")
         platform_source = "PYBOX_PLATFORM"

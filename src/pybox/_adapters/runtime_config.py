@@ -55,33 +55,3 @@ def runtime_policy_from_env(base: RuntimePolicy, environ: Mapping[str, str]) -> 
         environ.get("PYBOX_GVISOR_ENGINE_RUNTIME") or None,
         "environment",
     )
-
-
-PREVIEW_ENV = "PYBOX_GVISOR_PREVIEW"
-PREVIEW_WHY = (
-    "the gVisor lane is a preview: egress modes are refused in it (runsc --network=none) "
-    "and sandboxes and the warm pool use only the default lane (issue 18, docs/isolation.md)"
-)
-
-
-def gvisor_preview_gate(policy: RuntimePolicy, environ: Mapping[str, str]) -> RuntimePolicy:
-    """The gVisor lane only with PYBOX_GVISOR_PREVIEW=1: pybox does not offer a lane
-    whose limits it has measured not to hold, unless the operator opts in knowingly."""
-    import dataclasses
-
-    from pybox._core.runtimes import GVISOR, RUNC
-
-    if environ.get(PREVIEW_ENV) == "1" or GVISOR not in (policy.default, *policy.allowed):
-        return policy
-    if policy.default == GVISOR:
-        raise ConfigError(
-            f"{policy.source}: {PREVIEW_WHY}. Set {PREVIEW_ENV}=1 to use it anyway, or leave "
-            "runtime at runc."
-        )
-    # gVisor allowed but not the default: a run asking for it is refused, saying why.
-    allowed = tuple(lane for lane in policy.allowed if lane != GVISOR) or (RUNC,)
-    return dataclasses.replace(
-        policy,
-        allowed=allowed,
-        source=f"{policy.source} (gVisor needs {PREVIEW_ENV}=1: {PREVIEW_WHY})",
-    )

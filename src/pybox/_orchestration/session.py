@@ -228,9 +228,10 @@ class Session(SessionFeatures, SessionImages):
             pool_service=self.pool_service,
         )
 
-    def box_context(self) -> BoxContext:
-        """What a box needs from this session (for the features that make their own)."""
-        return self._context()
+    def box_context(self, runtime: RuntimeChoice | None = None) -> BoxContext:
+        """What a box needs from this session (for the features that make their own),
+        in lane `runtime` (None: the session's default)."""
+        return self._context(runtime)
 
     @property
     def environ(self) -> Mapping[str, str]:

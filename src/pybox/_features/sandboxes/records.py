@@ -38,6 +38,8 @@ class SandboxInfo:
     idle_ttl_s: float
     libraries: tuple[str, ...]
     runs: int
+    # Its isolation lane ("runc", "gvisor"); "" for a record from before lanes were kept.
+    runtime: str = ""
 
     @property
     def idle_expires_at(self) -> float:
@@ -58,6 +60,7 @@ class SandboxInfo:
             "idle_ttl_s": self.idle_ttl_s,
             "libraries": list(self.libraries),
             "runs": self.runs,
+            "runtime": self.runtime or None,
         }
 
 

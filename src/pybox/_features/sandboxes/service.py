@@ -38,6 +38,7 @@ from pybox._core.posture import WORK_DIR
 from pybox._core.receipt import LibraryFact
 from pybox._core.request import RunRequest, check_request
 from pybox._core.requirements import parse_libraries
+from pybox._core.runtimes import RuntimeChoice
 from pybox._features.sandboxes.egress import (
     close_egress,
     open_egress,
@@ -80,6 +81,7 @@ def info_of(row: SandboxRow) -> SandboxInfo:
         idle_ttl_s=row.idle_ttl_s,
         libraries=row.libraries,
         runs=row.runs,
+        runtime=str(row.limits.get("runtime") or ""),
     )
 
 
@@ -105,14 +107,23 @@ class Sandboxes:
         libraries: tuple[str, ...] | list[str] = (),
         say: Callable[[str], None] | None = None,
         egress: str | None = None,
+        runtime: str | None = None,
     ) -> SandboxInfo:
         """A new sandbox, its box started and its posture verified; with
         `libraries`, installed before it is handed over. Refused before anything
-        is made when a limit is over the operator's ceiling or too many live."""
+        is made when a limit is over the operator's ceiling or too many live.
+        `runtime` is its isolation lane (None: the operator's default), kept for
+        its lifetime: every run in it is in that lane."""
         wanted = parse_libraries(libraries)
         egress_request = self.session.egress_request(egress)  # more than allowed: refused
         prepared = self.session.prepare(
-            RunRequest(code=b"", image=image, limits=limits or LimitRequest())
+            RunRequest(
+                code=b"",
+                image=image,
+                limits=limits or LimitRequest(),
+                egress=egress,
+                runtime=runtime,
+            )
         )
         self.sweep()
         live = [row for row in self.store.list_sandboxes() if row.state in LIVE_STATES]
@@ -126,7 +137,7 @@ class Sandboxes:
         expires_at = int(now + self.settings.max_lifetime_s)
         net = open_egress(self.session, egress_request, sandbox_id, prepared.image, expires_at)
         box = Box(
-            self.session.box_context(),
+            self.session.box_context(prepared.runtime),
             prepared.image,
             prepared.limits,
             RUN_PROGRAM,
@@ -137,7 +148,11 @@ class Sandboxes:
             sandbox_store=self.tag,
             egress=net.plan if net else None,
         )
-        box_limits: dict[str, Any] = {"box": prepared.limits.to_dict(), "uid": box.spec.uid}
+        box_limits: dict[str, Any] = {
+            "box": prepared.limits.to_dict(),
+            "uid": box.spec.uid,
+            "runtime": prepared.runtime.lane,
+        }
         if net is not None:
             box_limits["egress"] = net.record()
         row = SandboxRow(
@@ -366,7 +381,8 @@ class Sandboxes:
             egress=plan_for(row),
         )
         try:
-            box = reattach(self.session.box_context(), image, Limits(**row.limits["box"]), known)
+            context = self.session.box_context(self._lane(row))
+            box = reattach(context, image, Limits(**row.limits["box"]), known)
         except SandboxGone as exc:
             # Its box has ended (or is gone): removed now, with its egress, not left
             # to the sweep.
@@ -376,6 +392,13 @@ class Sandboxes:
             yield row, box
         finally:
             box.let_go_of("the operation ended")
+
+    def _lane(self, row: SandboxRow) -> RuntimeChoice | None:
+        """The lane the sandbox was made in (a record from before lanes were kept:
+        the session's default, as then). One the operator no longer allows, or the
+        engine no longer has, is refused with that reason."""
+        lane = row.limits.get("runtime")
+        return self.session.runtime_choice(lane) if isinstance(lane, str) else None
 
     def _usable(self, sandbox_id: str) -> SandboxRow:
         row = self._get(sandbox_id)

@@ -75,6 +75,7 @@ class Sandbox:
         image: str = "stdlib",
         libraries: Sequence[str] = (),
         egress: str = "none",
+        runtime: str | None = None,
         config_path: str | None = None,
         environ: Mapping[str, str] | None = None,
         **limits: Unpack[LimitOptions],
@@ -82,12 +83,19 @@ class Sandbox:
         """Create a sandbox from the recorded image `image`. A limit above the
         operator's ceiling raises `LimitExceeded` before anything is created, and
         an `egress` mode the operator does not allow ("packages": the registries
-        only, through pybox's proxy; "open") raises `EgressRefused`."""
+        only, through pybox's proxy; "open") raises `EgressRefused`. `runtime` is
+        its isolation lane for its whole life ("runc", "gvisor"; None: the
+        operator's default); one the operator does not allow raises
+        `RuntimeNotAllowed`."""
         request = limit_request_from_keywords(limits)  # unknown keywords first
         session = _open(config_path, environ)
         try:
             info = session.sandboxes().create(
-                image=image, limits=request, libraries=tuple(libraries), egress=egress
+                image=image,
+                limits=request,
+                libraries=tuple(libraries),
+                egress=egress,
+                runtime=runtime,
             )
         except BaseException:
             session.close()

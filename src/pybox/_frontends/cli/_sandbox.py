@@ -46,6 +46,7 @@ from pybox._frontends.cli._exec import (
     _print_outcome,
     _program_arguments_after_double_dash,
     add_limit_flags,
+    add_runtime_flag,
     limit_request,
 )
 from pybox._frontends.cli._live import LiveOutput
@@ -106,6 +107,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         libraries=tuple(args.library or ()),
         say=progress,
         egress=args.egress,
+        runtime=args.runtime,
     )
     if args.json:
         _json({"sandbox": info.to_dict()})
@@ -338,6 +340,7 @@ def register(commands: Commands) -> None:
         "which are allowed",
     )  # fmt: skip
     add_limit_flags(create)
+    add_runtime_flag(create)
     _add_json(create)
     create.set_defaults(handler=_with_json_errors(cmd_create, own))
 
