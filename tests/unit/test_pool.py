@@ -11,7 +11,8 @@ import pytest
 
 from pybox._adapters.config import load_settings
 from pybox._adapters.state import StateStore
-from pybox._boxes.pool import PoolKey, WarmPool
+from pybox._boxes.pool import WarmPool
+from pybox._boxes.pool_values import PoolKey, ProfileStats
 from pybox._boxes.spec import BoxContext
 from pybox._core.errors import ConfigError
 from pybox._core.limits import MIB, LimitRequest, Policy
@@ -297,7 +298,7 @@ def test_the_pool_keeps_more_ready_while_runs_miss_and_fewer_when_they_stop(
     pool = WarmPool(lambda _runtime: make_context(engine, state), settings)
     key = PoolKey.of(state.image("stdlib"), Policy().resolve(LimitRequest()), "main.py")  # type: ignore[arg-type]
 
-    def profile() -> pool_module.ProfileStats:
+    def profile() -> ProfileStats:
         (found,) = pool.profile_stats()
         return found
 

@@ -35,17 +35,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from pybox._boxes.box import Box
+from pybox._boxes.pool_values import (
+    Held,
+    PoolKey,
+    PoolStats,
+    ProfileState,
+    ProfileStats,
+    SlotGate,
+)
 from pybox._boxes.spec import EXPIRY_MARGIN_S, BoxContext, new_run_id
 from pybox._core.errors import PyboxError
-from pybox._core.images import ImageRecord
-from pybox._core.limits import Limits
 from pybox._core.pool import PoolSettings
 from pybox._core.posture import PAYLOAD_WAIT_S
-from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
+from pybox._core.runtimes import RuntimeChoice
 
 FAILURE_BACKOFF_S = (1.0, 5.0, 30.0, 120.0)
 # A replacement waits until the run that took a box is done (or this long):
@@ -59,87 +63,6 @@ SLOT_RETRY_S = 1.0
 DEMAND_WINDOW_S = 10.0
 # Without a miss for this long, a profile's target falls by one box.
 SHRINK_AFTER_S = 30.0
-
-
-class Held(Protocol):
-    def release(self) -> None: ...
-
-
-class SlotGate(Protocol):
-    """Admission as the pool sees it (it sits above the pool)."""
-
-    def try_hold(self, what: str) -> Held | None:
-        """A slot free now while no run waits, else None."""
-        ...
-
-    def wanted(self) -> bool:
-        """Whether a run waits for a slot, in any process."""
-        ...
-
-
-@dataclass(frozen=True)
-class PoolKey:
-    """What makes two runs able to use the same kind of waiting box."""
-
-    image_name: str
-    image_id: str
-    recipe_hash: str
-    limits: Limits
-    code_name: str
-    image: ImageRecord = field(compare=False)
-    # The lane is part of the box: a gVisor run never takes a runc box.
-    runtime: RuntimeChoice = RUNC_CHOICE
-
-    @classmethod
-    def of(
-        cls,
-        image: ImageRecord,
-        limits: Limits,
-        code_name: str,
-        runtime: RuntimeChoice = RUNC_CHOICE,
-    ) -> PoolKey:
-        return cls(image.name, image.image_id, image.recipe_hash, limits, code_name, image, runtime)
-
-
-@dataclass
-class _Profile:
-    key: PoolKey
-    last_asked: float
-    waiting: list[Box] = field(default_factory=list)
-    starting: int = 0
-    failures: int = 0
-    retry_at: float = 0.0
-    last_error: str | None = None
-    hold_until: float = 0.0
-    in_use: int = 0
-    misses: int = 0
-    target: int = 0  # how many boxes to keep waiting (grows with misses)
-    last_miss: float = float("-inf")
-    last_resize: float = 0.0
-
-
-@dataclass(frozen=True)
-class PoolStats:
-    profiles: int
-    waiting: int
-    starting: int
-    taken: int
-    missed: int
-    started: int
-    failed: int
-    last_error: str | None
-
-
-@dataclass(frozen=True)
-class ProfileStats:
-    """One profile's boxes: what it is for, how many wait, how many are starting."""
-
-    key: PoolKey
-    waiting: int
-    starting: int
-    in_use: int
-    target: int
-    misses: int
 
 
 class WarmPool:
@@ -157,7 +80,7 @@ class WarmPool:
         self._slots: dict[str, Held] = {}  # box name -> the slot it holds
         self.settings = settings
         self._log = log or (lambda message: None)
-        self._profiles: dict[PoolKey, _Profile] = {}
+        self._profiles: dict[PoolKey, ProfileState] = {}
         self._cond = threading.Condition()
         self._closed = False
         self._worker: threading.Thread | None = None
@@ -203,7 +126,7 @@ class WarmPool:
             self._miss(profile)
             return None
 
-    def _miss(self, profile: _Profile) -> None:
+    def _miss(self, profile: ProfileState) -> None:
         """No box was ready: count it, and keep one more ready from now on. Caller
         holds the lock."""
         self._missed += 1
@@ -281,7 +204,7 @@ class WarmPool:
 
     # -- the worker -------------------------------------------------------------------
 
-    def _touch(self, key: PoolKey) -> _Profile | None:
+    def _touch(self, key: PoolKey) -> ProfileState | None:
         """Note that the profile was asked for; start the worker. Caller holds the lock."""
         if self._closed or self.settings.boxes_per_profile == 0:
             return None
@@ -290,7 +213,7 @@ class WarmPool:
         if profile is None:
             if key.limits.memory_bytes > self.settings.memory_budget_bytes:
                 return None
-            profile = self._profiles[key] = _Profile(
+            profile = self._profiles[key] = ProfileState(
                 key, now, target=self.settings.boxes_per_profile, last_resize=now
             )
         profile.last_asked = now
@@ -306,7 +229,7 @@ class WarmPool:
             for p in self._profiles.values()
         )
 
-    def _next_job(self, now: float) -> tuple[str, _Profile | None, Box | None] | None:
+    def _next_job(self, now: float) -> tuple[str, ProfileState | None, Box | None] | None:
         """Caller holds the lock: what to do next, in order of urgency."""
         if self._dead:
             return "discard", None, self._dead.pop(0)
@@ -377,7 +300,7 @@ class WarmPool:
             if action == "discard" and box is not None:
                 self._discard(box)
 
-    def _start_one(self, profile: _Profile) -> None:
+    def _start_one(self, profile: ProfileState) -> None:
         try:
             self._start_and_keep(profile)
         finally:
@@ -385,7 +308,7 @@ class WarmPool:
                 self._starters.discard(threading.current_thread())
                 self._cond.notify_all()
 
-    def _start_and_keep(self, profile: _Profile) -> None:
+    def _start_and_keep(self, profile: ProfileState) -> None:
         held: Held | None = None
         try:
             if self._gate is not None:

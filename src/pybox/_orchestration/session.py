@@ -56,7 +56,7 @@ from pybox._version import __version__
 # What only images, the VM, doctor and the warm pool need is imported where they
 # are used: a one-shot `pybox exec` does not pay for it.
 if TYPE_CHECKING:
-    from pybox._boxes.pool import PoolStats, ProfileStats
+    from pybox._boxes.pool_values import PoolStats, ProfileStats
     from pybox._core.admission import AdmissionConfig
     from pybox._features.experiments.service import Experiments
     from pybox._features.sandboxes.service import Sandboxes
@@ -367,7 +367,7 @@ class Session(SessionFeatures, SessionImages):
         # The warm pool keeps boxes per lane, with no network; a run with egress
         # makes its own box.
         if self._pool is not None and egress.mode == NONE:
-            from pybox._boxes.pool import PoolKey
+            from pybox._boxes.pool_values import PoolKey
 
             key = PoolKey.of(image, limits, request.code_name, prepared.runtime)
             warm = self._pool.take(key)
@@ -413,7 +413,7 @@ class Session(SessionFeatures, SessionImages):
         """
         if self._pool is None:
             return False
-        from pybox._boxes.pool import PoolKey
+        from pybox._boxes.pool_values import PoolKey
 
         prepared = self.prepare(request or RunRequest(code=b""))
         key = PoolKey.of(
