@@ -28,6 +28,10 @@ def gvisor_registered(engine: Engine) -> bool:
 
 
 def need_lane(engine: Engine, lane: str) -> None:
+    if lane == GVISOR and engine.name == "podman":
+        # Podman 4.3 lists runsc but makes such a box with runc; pybox refuses it
+        # after create (docs/engines.md). The lane is proven on Docker.
+        pytest.skip("the gVisor lane is not offered on Podman (docs/engines.md)")
     if lane != GVISOR or gvisor_registered(engine):
         return
     reason = (
