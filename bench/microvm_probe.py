@@ -35,7 +35,7 @@ MARKER = "PYBOX-MICROVM-INIT"
 KERNEL_LINE = re.compile(r"^\[\s*\d+\.\d+\]|Linux version ")
 PANIC = "Kernel panic"
 QEMU_ANY = re.compile(r"^qemu-system-\w+: ")
-QEMU_ERROR = re.compile(r"^qemu-system-\w+: (?!terminating on signal)(.*)")
+QEMU_ERROR = re.compile(r"^qemu-system-\w+: (?!terminating on signal)(.*)|^(KVM internal error.*)")
 # microvm has no HPET or ACPI PM timer; without a given TSC rate the kernel cannot
 # calibrate its clock and waits forever after "Marking TSC unstable".
 KERNEL_ARGS = "console=ttyS0 panic=-1 loglevel=4 tsc_early_khz=2000000"
@@ -63,7 +63,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("kvm-host-nopmu-noarchcap", "microvm", "kvm", "host,pmu=off,-arch-capabilities"),
     Variant("kvm-qemu64", "microvm", "kvm", "qemu64"),
     Variant("kvm-qemu64-sse4", "microvm", "kvm", "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt"),
-    Variant("kvm-sapphirerapids", "microvm", "kvm", "SapphireRapids,enforce=off"),
+    Variant("kvm-host-noarchcap-nocx16", "microvm", "kvm", "host,-arch-capabilities,-cx16"),
+    Variant("kvm-cascadelake", "microvm", "kvm", "Cascadelake-Server,enforce=off"),
     Variant("kvm-icelake", "microvm", "kvm", "Icelake-Server,enforce=off"),
     Variant("kvm-skylake", "microvm", "kvm", "Skylake-Server,enforce=off"),
     Variant("kvm-haswell", "microvm", "kvm", "Haswell,enforce=off"),
@@ -131,7 +132,7 @@ def classify(
             panic = at_s
         found = QEMU_ERROR.match(line)
         if found and error is None and "warning" not in line:
-            error = found.group(1)
+            error = found.group(1) or found.group(2)
     if init is not None:
         outcome = "init-ran"
     elif panic is not None:
