@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import gzip
 import json
 import os
 import re
@@ -31,7 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import IO, Any
 
-MARKER = "PYBOX-MICROVM-INIT"
+from bench._initramfs import BOX_END, BOX_START, MARKER, initramfs, modules_dir, read_modules
+
 KERNEL_LINE = re.compile(r"^\[\s*\d+\.\d+\]|Linux version ")
 PANIC = "Kernel panic"
 QEMU_ANY = re.compile(r"^qemu-system-\w+: ")
@@ -39,11 +39,6 @@ QEMU_ERROR = re.compile(r"^qemu-system-\w+: (?!terminating on signal)(.*)|^(KVM 
 # microvm has no HPET or ACPI PM timer; without a given TSC rate the kernel cannot
 # calibrate its clock and waits forever after "Marking TSC unstable".
 KERNEL_ARGS = "console=ttyS0 panic=-1 loglevel=4 tsc_early_khz=2000000"
-INIT_SCRIPT = f"""#!/bin/busybox sh
-/bin/busybox mount -t proc proc /proc
-echo {MARKER} uptime $(/bin/busybox cut -d' ' -f1 /proc/uptime)
-/bin/busybox poweroff -f
-"""
 
 
 @dataclass(frozen=True)
@@ -79,10 +74,14 @@ class Boot:
     """One boot, read from the serial console; times in seconds from QEMU's start."""
 
     variant: str
-    outcome: str  # init-ran, panic, qemu-error, exited, no-kernel-output, hung-after-kernel
+    outcome: (
+        str  # box-ran, init-ran, panic, qemu-error, exited, no-kernel-output, hung-after-kernel
+    )
     first_output_s: float | None  # any guest line (the real-mode setup's EDD probe comes first)
     first_kernel_s: float | None
     init_s: float | None
+    output_s: float | None  # with --rootfs: the box's program printed its first line
+    box_rc: int | None  # with --rootfs: the program's exit code
     panic_s: float | None
     wall_s: float
     exit_code: int | None
@@ -102,6 +101,7 @@ def qemu_argv(
     memory_mib: int,
     cpus: int,
     kernel_args: str = "",
+    rootfs: str | None = None,
 ) -> list[str]:
     argv = [qemu, "-M", variant.machine, "-accel", variant.accel]
     if variant.cpu is not None:
@@ -110,6 +110,10 @@ def qemu_argv(
     argv += ["-nographic", "-serial", "stdio", "-no-reboot", "-kernel", kernel]
     if initrd is not None:
         argv += ["-initrd", initrd]
+    if rootfs is not None:
+        drive = f"id=root,file={rootfs},format=raw,if=none,readonly=on"
+        device = "virtio-blk-device" if variant.machine.startswith("microvm") else "virtio-blk-pci"
+        argv += ["-drive", drive, "-device", f"{device},drive=root"]
     return [*argv, "-append", kernel_args]
 
 
@@ -117,7 +121,9 @@ def classify(
     variant: str, lines: Iterable[tuple[float, str]], wall_s: float, exit_code: int | None
 ) -> Boot:
     """What a boot did, from its timestamped console lines (QEMU's stderr included)."""
-    first_output = first_kernel = init = panic = None
+    first_output = first_kernel = init = panic = output = None
+    box_rc = None
+    in_box = False
     error = None
     last = ""
     for at_s, line in lines:
@@ -128,12 +134,22 @@ def classify(
             first_kernel = at_s
         if init is None and MARKER in line:
             init = at_s
+        if BOX_END in line:
+            in_box = False
+            found_rc = re.search(r"rc=(\d+)", line)
+            box_rc = int(found_rc.group(1)) if found_rc else None
+        elif in_box and output is None and line.strip():
+            output = at_s
+        if BOX_START in line:
+            in_box = True
         if panic is None and PANIC in line:
             panic = at_s
         found = QEMU_ERROR.match(line)
         if found and error is None and "warning" not in line:
             error = found.group(1) or found.group(2)
-    if init is not None:
+    if box_rc == 0 and output is not None:
+        outcome = "box-ran"
+    elif init is not None:
         outcome = "init-ran"
     elif panic is not None:
         outcome = "panic"
@@ -151,33 +167,14 @@ def classify(
         first_output,
         first_kernel,
         init,
+        output,
+        box_rc,
         panic,
         wall_s,
         exit_code,
         last[:200],
         error,
     )
-
-
-def newc_archive(entries: Sequence[tuple[str, int, bytes]]) -> bytes:
-    """A cpio "newc" archive (what the kernel unpacks as an initramfs): (name, mode, data)."""
-    out = bytearray()
-    for inode, (name, mode, data) in enumerate([*entries, ("TRAILER!!!", 0, b"")], start=1):
-        encoded = name.encode() + b"\0"
-        fields = [inode, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(encoded), 0]
-        header = b"070701" + b"".join(b"%08X" % field for field in fields)
-        out += header + encoded
-        out += b"\0" * (-len(out) % 4)
-        out += data
-        out += b"\0" * (-len(out) % 4)
-    return bytes(out)
-
-
-def initramfs(busybox: bytes) -> bytes:
-    directory, executable = 0o040755, 0o100755
-    entries = [(d, directory, b"") for d in ("bin", "dev", "proc", "sys")]
-    entries += [("bin/busybox", executable, busybox), ("init", executable, INIT_SCRIPT.encode())]
-    return gzip.compress(newc_archive(entries), compresslevel=1)
 
 
 def summarize(boots: Sequence[Boot]) -> dict[str, Any]:
@@ -191,6 +188,7 @@ def summarize(boots: Sequence[Boot]) -> dict[str, Any]:
         "first_output_s_median": median(b.first_output_s for b in boots),
         "first_kernel_s_median": median(b.first_kernel_s for b in boots),
         "init_s_median": median(b.init_s for b in boots),
+        "output_s_median": median(b.output_s for b in boots),
         "panic_s_median": median(b.panic_s for b in boots),
         "wall_s_median": median(b.wall_s for b in boots),
         "error": next((b.error for b in boots if b.error), None),
@@ -206,6 +204,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=20.0)
+    parser.add_argument(
+        "--rootfs", help="an ext4 image of a box image's files: run its python3, read-only"
+    )
     parser.add_argument("--kernel-args", default=KERNEL_ARGS)
     parser.add_argument("--memory-mib", type=int, default=256)
     parser.add_argument("--cpus", type=int, default=1)
@@ -237,6 +238,13 @@ def missing(args: argparse.Namespace) -> list[str]:
         )
     if args.busybox and not os.path.isfile(args.busybox):
         problems.append(f"--busybox {args.busybox}: no such file (busybox-static provides one)")
+    if args.rootfs and not (args.busybox and args.kernel):
+        problems.append("--rootfs needs --busybox and --kernel")
+    elif args.rootfs and not os.path.isdir(modules_dir(args.kernel)):
+        problems.append(
+            f"--rootfs needs the kernel's virtio modules in {modules_dir(args.kernel)} "
+            "(dpkg-deb -x the kernel package so boot/ and lib/ sit side by side)"
+        )
     return problems
 
 
@@ -301,8 +309,9 @@ def run(args: argparse.Namespace, emit: Callable[[str], None]) -> dict[str, Any]
         initrd = None
         if args.busybox:
             initrd = os.path.join(scratch, "initrd.gz")
+            modules = read_modules(modules_dir(args.kernel)) if args.rootfs else []
             with open(args.busybox, "rb") as source, open(initrd, "wb") as target:
-                target.write(initramfs(source.read()))
+                target.write(initramfs(source.read(), modules))
         results: dict[str, Any] = {}
         for variant in args.variant_list:
             argv = qemu_argv(
@@ -313,6 +322,7 @@ def run(args: argparse.Namespace, emit: Callable[[str], None]) -> dict[str, Any]
                 memory_mib=args.memory_mib,
                 cpus=args.cpus,
                 kernel_args=args.kernel_args,
+                rootfs=args.rootfs,
             )
             boots = [boot_once(argv, variant.name, args.timeout_s) for _ in range(args.rounds)]
             results[variant.name] = {
@@ -332,14 +342,15 @@ def text_report(report: dict[str, Any]) -> str:
         return "-" if value is None else f"{value:.3f}"
 
     rows = [f"qemu {report['qemu']}  kernel {report['kernel']}", ""]
-    head = ("variant", "outcome", "output", "kernel", "init", "panic", "wall")
+    head = ("variant", "outcome", "output", "kernel", "init", "box", "panic", "wall")
     rows.append(f"{head[0]:26} {head[1]:20} " + " ".join(f"{h:>7}" for h in head[2:]))
     for name, result in report["variants"].items():
         s = result["summary"]
         rows.append(
             f"{name:26} {'/'.join(s['outcomes']):20} {fmt(s['first_output_s_median']):>7} "
             f"{fmt(s['first_kernel_s_median']):>7} "
-            f"{fmt(s['init_s_median']):>7} {fmt(s['panic_s_median']):>7} "
+            f"{fmt(s['init_s_median']):>7} {fmt(s['output_s_median']):>7} "
+            f"{fmt(s['panic_s_median']):>7} "
             f"{fmt(s['wall_s_median']):>7}"
         )
         detail = s["error"] or s["last_line"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 
 import pytest
+from bench import _initramfs
 from bench import microvm_probe as probe
 
 
@@ -51,7 +52,7 @@ def test_a_boot_that_reaches_init_is_timed_at_each_step() -> None:
     lines = [
         (0.1, "Probing EDD (edd=off to disable)... ok"),
         (2.0, "[    0.000000] Linux version 6.1.0"),
-        (5.0, f"{probe.MARKER} uptime 3.1"),
+        (5.0, f"{_initramfs.MARKER} uptime 3.1"),
         (5.1, "[    3.2] reboot: Power down"),
     ]
     boot = probe.classify("tcg", lines, 5.2, 0)
@@ -87,20 +88,20 @@ def test_qemu_errors_panics_and_hangs_are_told_apart() -> None:
 
 
 def test_the_initramfs_is_a_gzipped_newc_archive_with_init_and_a_trailer() -> None:
-    archive = gzip.decompress(probe.initramfs(b"\x7fELF-busybox"))
+    archive = gzip.decompress(_initramfs.initramfs(b"\x7fELF-busybox"))
     assert archive.startswith(b"070701")
     assert b"bin/busybox\0" in archive and b"init\0" in archive and b"TRAILER!!!\0" in archive
-    assert probe.MARKER.encode() in archive
+    assert _initramfs.MARKER.encode() in archive
     assert len(archive) % 4 == 0
     # The header's name size counts the NUL; the data follows 4-byte alignment.
-    one = probe.newc_archive([("a", 0o100644, b"xyz")])
+    one = _initramfs.newc_archive([("a", 0o100644, b"xyz")])
     assert int(one[94:102], 16) == 2 and int(one[54:62], 16) == 3
     assert one[110:112] == b"a\0" and one[112:115] == b"xyz"
 
 
 def test_the_summary_takes_medians_of_what_was_seen() -> None:
     boots = [
-        probe.classify("t", [(1.0, "[ 0] Linux version"), (3.0 + i, probe.MARKER)], 4.0 + i, 0)
+        probe.classify("t", [(1.0, "[ 0] Linux version"), (3.0 + i, _initramfs.MARKER)], 4.0 + i, 0)
         for i in range(3)
     ]
     summary = probe.summarize(boots)
@@ -108,4 +109,34 @@ def test_the_summary_takes_medians_of_what_was_seen() -> None:
     assert summary["init_s_median"] == 4.0 and summary["panic_s_median"] is None
     assert "init-ran" in probe.text_report(
         {"qemu": "q", "kernel": "k", "variants": {"t": {"summary": summary}}}
+    )
+
+
+def test_a_box_run_is_timed_to_its_program_s_first_line_and_exit_code() -> None:
+    lines = [
+        (0.1, "Probing EDD"),
+        (2.0, f"{_initramfs.MARKER} uptime 1.5"),
+        (3.2, f"{_initramfs.BOX_START} uptime 1.9"),
+        (5.3, "42"),
+        (5.4, f"{_initramfs.BOX_END} rc=0 uptime 4.0"),
+    ]
+    boot = probe.classify("tcg", lines, 5.5, 0)
+    assert (boot.outcome, boot.output_s, boot.box_rc) == ("box-ran", 5.3, 0)
+    failed = probe.classify("tcg", [*lines[:3], (4.0, f"{_initramfs.BOX_END} rc=127")], 4.1, 0)
+    assert (failed.outcome, failed.output_s, failed.box_rc) == ("init-ran", None, 127)
+
+
+def test_the_box_argv_attaches_the_root_filesystem_read_only() -> None:
+    argv = probe.qemu_argv("q", "/k", "/i", probe.VARIANTS[0], memory_mib=1, cpus=1, rootfs="/r")
+    drive = argv[argv.index("-drive") + 1]
+    assert "file=/r" in drive and "readonly=on" in drive
+    assert argv[argv.index("-device") + 1] == "virtio-blk-device,drive=root"
+
+
+def test_the_box_initramfs_loads_the_modules_in_dependency_order() -> None:
+    assert [n for n, _ in _initramfs.VIRTIO_MODULES][:2] == ["virtio_ring", "virtio"]
+    archive = gzip.decompress(_initramfs.initramfs(b"bb", [("virtio_ring", b"KO")]))
+    assert b"lib/virtio_ring.ko\0" in archive and b"mount -t ext4 -o ro /dev/vda" in archive
+    assert _initramfs.modules_dir("/x/root/boot/vmlinuz-6.1.0-57-cloud-amd64") == (
+        "/x/root/lib/modules/6.1.0-57-cloud-amd64"
     )
