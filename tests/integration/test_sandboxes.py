@@ -23,7 +23,7 @@ from pybox._core.request import RunRequest
 from pybox._engine import Engine
 from pybox._engine.keeper import HELLO_PREFIX
 from pybox._engine.keeper import socket_path as keeper_socket_path
-from pybox._features.sandboxes.records import RUN_PROGRAM
+from pybox._features.sandboxes.records import RUN_PROGRAM, SandboxInfo
 from pybox._features.sandboxes.service import Sandboxes
 from pybox._orchestration.session import Session
 
@@ -146,7 +146,7 @@ def _other_process(state_dir: Path, script: str, env: dict[str, str]) -> subproc
         "import sys\n"
         "from pybox._orchestration.session import Session\n"
         "from pybox._core.request import RunRequest\n"
-        "from pybox._features.sandboxes.records import RUN_PROGRAM\n"
+        "from pybox._features.sandboxes.records import RUN_PROGRAM, SandboxInfo\n"
         "sandboxes = Session.open().sandboxes()\n"
         "sid = sys.argv[1]\n"
     )
@@ -294,14 +294,19 @@ def _gone_within(pid: int, wait_s: float) -> bool:
     return not _alive(pid)
 
 
-def test_on_podman_a_keeper_holds_the_box_s_input_and_goes_with_the_box(
-    sandboxes: Sandboxes, engine: Engine
-) -> None:
+def _podman_sandbox(sandboxes: Sandboxes, engine: Engine) -> tuple[SandboxInfo, str, int]:
+    """A new sandbox on Podman: its record, its box's container ID, its keeper's pid."""
     if engine.name != "podman":
         pytest.skip("Podman only: Docker keeps a sandbox box's stdin open itself")
     info = sandboxes.create(limits=LimitRequest(timeout_s=20))
     container_id = str((engine.inspect_container(f"pybox-{info.sandbox_id}") or {})["Id"])
-    pid = _keeper_pid(container_id)
+    return info, container_id, _keeper_pid(container_id)
+
+
+def test_on_podman_a_keeper_holds_the_box_s_input_and_goes_with_the_box(
+    sandboxes: Sandboxes, engine: Engine
+) -> None:
+    info, container_id, pid = _podman_sandbox(sandboxes, engine)
     # Not this process's child: the keeper detached (its own session, forked away).
     assert Path(f"/proc/{pid}/stat").read_text().split()[3] != str(os.getpid())
     for n in range(3):  # each run is another connection to the keeper
@@ -316,11 +321,7 @@ def test_on_podman_a_keeper_holds_the_box_s_input_and_goes_with_the_box(
 def test_on_podman_a_killed_keeper_ends_the_sandbox_and_says_so(
     sandboxes: Sandboxes, engine: Engine
 ) -> None:
-    if engine.name != "podman":
-        pytest.skip("Podman only: Docker keeps a sandbox box's stdin open itself")
-    info = sandboxes.create(limits=LimitRequest(timeout_s=20))
-    container_id = str((engine.inspect_container(f"pybox-{info.sandbox_id}") or {})["Id"])
-    pid = _keeper_pid(container_id)
+    info, container_id, pid = _podman_sandbox(sandboxes, engine)
     os.kill(pid, signal.SIGKILL)  # this test's own pybox started it
     assert _gone_within(pid, 10)
     # Podman closes the box's input with the keeper's connection: the box ends.

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,11 @@ from pybox._engine.keeper import (
     KeeperGone,
     Relay,
     connect_keeper,
-    frame,
     listen,
     own_directory,
     socket_path,
 )
-from pybox._engine.stream import DockerAttachStream
+from pybox._engine.stream import DockerAttachStream, frame
 
 CONTAINER = "k" * 64
 
@@ -50,17 +50,26 @@ class _Box:
         return data
 
 
+@contextmanager
+def _relaying(listener: socket.socket, name: str) -> Iterator[tuple[_Box, threading.Thread]]:
+    """A keeper's relay in a thread, for a box; the box's stream ends at the end."""
+    box = _Box()
+    relay = Relay(box.stream, listener, name)
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    try:
+        yield box, thread
+    finally:
+        box.engine_side.close()
+        thread.join(5)
+        relay.close()
+
+
 @pytest.fixture
 def kept(tmp_path: Path) -> Iterator[tuple[_Box, Path, threading.Thread]]:
     folder = own_directory(tmp_path / "keepers")
-    box = _Box()
-    relay = Relay(box.stream, listen(socket_path(CONTAINER, folder)), CONTAINER)
-    thread = threading.Thread(target=relay.run, daemon=True)
-    thread.start()
-    yield box, folder, thread
-    box.engine_side.close()
-    thread.join(5)
-    relay.close()
+    with _relaying(listen(socket_path(CONTAINER, folder)), CONTAINER) as (box, thread):
+        yield box, folder, thread
 
 
 def _read_until(stream: DockerAttachStream, wanted: bytes) -> bytes:
@@ -130,36 +139,30 @@ def test_another_uid_is_refused_without_a_word() -> None:
     folder = Path(tempfile.mkdtemp(prefix="pybox-keeper-test-"))
     os.chmod(folder, 0o755)
     path = folder / "k.sock"
-    box = _Box()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     os.chmod(path, 0o777)
     listener.listen(1)
-    relay = Relay(box.stream, listener, CONTAINER)
-    thread = threading.Thread(target=relay.run, daemon=True)
-    thread.start()
     read_fd, write_fd = os.pipe()
     try:
-        pid = os.fork()
-        if pid == 0:  # the child: another uid
-            try:
-                os.setuid(65534)
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(5)
-                sock.connect(str(path))
-                os.write(write_fd, b"got:" + sock.recv(100))
-            except BaseException as exc:
-                os.write(write_fd, repr(exc).encode())
-            finally:
-                os._exit(0)
-        os.close(write_fd)
-        os.waitpid(pid, 0)
-        answer = os.read(read_fd, 200)
+        with _relaying(listener, CONTAINER):
+            pid = os.fork()
+            if pid == 0:  # the child: another uid
+                try:
+                    os.setuid(65534)
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    sock.settimeout(5)
+                    sock.connect(str(path))
+                    os.write(write_fd, b"got:" + sock.recv(100))
+                except BaseException as exc:
+                    os.write(write_fd, repr(exc).encode())
+                finally:
+                    os._exit(0)
+            os.close(write_fd)
+            os.waitpid(pid, 0)
+            answer = os.read(read_fd, 200)
     finally:
         os.close(read_fd)
-        box.engine_side.close()
-        thread.join(5)
-        relay.close()
         shutil.rmtree(folder)
     assert answer == b"got:"  # accepted, then closed: no hello, nothing relayed
 
@@ -196,17 +199,11 @@ def test_a_box_without_a_keeper_has_no_socket_and_a_dead_keeper_is_found_out(
 def test_a_socket_that_answers_as_another_box_s_keeper_is_refused(tmp_path: Path) -> None:
     folder = own_directory(tmp_path / "keepers")
     other = "o" * 64
-    box = _Box()
-    relay = Relay(box.stream, listen(socket_path(CONTAINER, folder)), other)
-    thread = threading.Thread(target=relay.run, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(KeeperGone, match="did not answer as the keeper"):
-            connect_keeper(CONTAINER, folder)
-    finally:
-        box.engine_side.close()
-        thread.join(5)
-        relay.close()
+    with (
+        _relaying(listen(socket_path(CONTAINER, folder)), other),
+        pytest.raises(KeeperGone, match="did not answer as the keeper"),
+    ):
+        connect_keeper(CONTAINER, folder)
 
 
 def test_the_keepers_directory_and_socket_are_the_user_s_alone(tmp_path: Path) -> None:

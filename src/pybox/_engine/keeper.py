@@ -34,7 +34,7 @@ from pybox._adapters.unix_listener import listen_owner_only, peer_credentials
 from pybox._core.errors import EngineError
 from pybox._engine.client import DockerEngine
 from pybox._engine.endpoint import EngineEndpoint
-from pybox._engine.stream import DockerAttachStream
+from pybox._engine.stream import DockerAttachStream, frame
 
 HELLO_PREFIX = b"pybox-keeper 1 "
 HELLO_MAX_BYTES = 256
@@ -56,9 +56,9 @@ _SOCKET_NAME_CHARS = 32  # of the container ID: unix socket paths are short (108
 
 def keeper_dir() -> Path:
     """Where keepers' sockets are: a runtime directory, cleared at boot as boxes are."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
     if os.geteuid() == 0:
         return Path("/run/pybox/keepers")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime:
         return Path(runtime) / "pybox" / "keepers"
     return Path.home() / ".cache" / "pybox" / "keepers"
@@ -83,11 +83,6 @@ def own_directory(directory: Path) -> Path:
 
 def hello(container_id: str) -> bytes:
     return HELLO_PREFIX + f"{container_id} {os.getpid()}\n".encode("ascii")
-
-
-def frame(source: int, data: bytes) -> bytes:
-    """One chunk of output, framed as the engine frames an attach stream."""
-    return bytes([source, 0, 0, 0]) + len(data).to_bytes(4, "big") + data
 
 
 class KeeperGone(EngineError):

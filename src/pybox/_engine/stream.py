@@ -16,6 +16,11 @@ _HEADER_BYTES = 8
 _RECV_BYTES = 262144
 
 
+def frame(source: int, data: bytes) -> bytes:
+    """One chunk of output, framed as the engine frames it (what `DockerAttachStream` reads)."""
+    return bytes([source, 0, 0, 0]) + len(data).to_bytes(_HEADER_BYTES - 4, "big") + data
+
+
 class DockerAttachStream:
     """Implements `AttachStream` over a socket the engine has upgraded to a raw stream."""
 

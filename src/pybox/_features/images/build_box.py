@@ -122,7 +122,7 @@ def refuse_build_box_on_podman(
     It reaches the package index over a bridge network, and Podman's bridge gives
     the box the host's gateway address with its DNS server on it (docs/engines.md,
     "Egress on Podman"); its posture table is Docker's only."""
-    if getattr(engine, "name", "docker") == "podman":
+    if engine.name == "podman":
         raise error(
             f"{what} runs a build box, which pybox does not run on Podman yet: Podman's "
             "bridge network gives the box the host's gateway address (docs/engines.md, "
