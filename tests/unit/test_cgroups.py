@@ -63,6 +63,23 @@ def test_v1_counters(tmp_path: Path) -> None:
     assert unknown == []
 
 
+def test_v1_pids_peak_is_the_kernels_when_it_keeps_one(tmp_path: Path) -> None:
+    """Linux 6.1+ keeps pids.peak on v1 too; a sample of pids.current can read one
+    over the cap (a refused fork is counted for an instant), the peak never."""
+    v1_tree(tmp_path)
+    pids = tmp_path / "pids" / "docker" / CID
+    write(pids / "pids.peak", "32\n")
+    location = locate(CID, root=str(tmp_path))
+    assert location is not None
+    sampler = CgroupSampler(location, 0.01)
+    (pids / "pids.current").write_text("33\n")
+    assert sampler.sample()
+    observed, _ = sampler.observation()
+    sampler.close()
+    assert observed.pids_peak == 32
+    assert observed.pids_peak_source == "kernel peak counter"
+
+
 def test_v2_counters(tmp_path: Path) -> None:
     write(tmp_path / "cgroup.controllers", "cpu memory pids\n")
     base = tmp_path / "system.slice" / f"docker-{CID}.scope"

@@ -66,8 +66,16 @@ def _relaying(listener: socket.socket, name: str) -> Iterator[tuple[_Box, thread
 
 
 @pytest.fixture
-def kept(tmp_path: Path) -> Iterator[tuple[_Box, Path, threading.Thread]]:
-    folder = own_directory(tmp_path / "keepers")
+def short_tmp() -> Iterator[Path]:
+    """A folder whose sockets fit the 107 bytes of a unix socket's address, which
+    pytest's numbered tmp_path can exceed."""
+    with tempfile.TemporaryDirectory(prefix="pbx-", dir="/tmp") as name:
+        yield Path(name)
+
+
+@pytest.fixture
+def kept(short_tmp: Path) -> Iterator[tuple[_Box, Path, threading.Thread]]:
+    folder = own_directory(short_tmp / "keepers")
     with _relaying(listen(socket_path(CONTAINER, folder)), CONTAINER) as (box, thread):
         yield box, folder, thread
 
@@ -180,9 +188,9 @@ def test_the_hello_names_the_container_and_the_keeper_s_pid(
 
 
 def test_a_box_without_a_keeper_has_no_socket_and_a_dead_keeper_is_found_out(
-    tmp_path: Path,
+    short_tmp: Path,
 ) -> None:
-    folder = own_directory(tmp_path / "keepers")
+    folder = own_directory(short_tmp / "keepers")
     assert connect_keeper(CONTAINER, folder) is None
     # A keeper that was killed leaves its socket file: nobody listens there.
     listener = listen(socket_path(CONTAINER, folder))
@@ -196,8 +204,8 @@ def test_a_box_without_a_keeper_has_no_socket_and_a_dead_keeper_is_found_out(
     live.close()
 
 
-def test_a_socket_that_answers_as_another_box_s_keeper_is_refused(tmp_path: Path) -> None:
-    folder = own_directory(tmp_path / "keepers")
+def test_a_socket_that_answers_as_another_box_s_keeper_is_refused(short_tmp: Path) -> None:
+    folder = own_directory(short_tmp / "keepers")
     other = "o" * 64
     with (
         _relaying(listen(socket_path(CONTAINER, folder)), other),
@@ -206,13 +214,13 @@ def test_a_socket_that_answers_as_another_box_s_keeper_is_refused(tmp_path: Path
         connect_keeper(CONTAINER, folder)
 
 
-def test_the_keepers_directory_and_socket_are_the_user_s_alone(tmp_path: Path) -> None:
-    folder = own_directory(tmp_path / "keepers")
+def test_the_keepers_directory_and_socket_are_the_user_s_alone(short_tmp: Path) -> None:
+    folder = own_directory(short_tmp / "keepers")
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     listener = listen(socket_path(CONTAINER, folder))
     assert stat.S_IMODE(socket_path(CONTAINER, folder).stat().st_mode) == 0o600
     listener.close()
-    open_folder = tmp_path / "open"
+    open_folder = short_tmp / "open"
     open_folder.mkdir(mode=0o755)
     os.chmod(open_folder, 0o755)
     with pytest.raises(Exception, match="not this user's alone"):

@@ -515,6 +515,26 @@ def test_fork_bomb_held_at_the_cap(session: Session, engine: FakeEngine) -> None
     assert any("refused forks" in item for item in failures)
 
 
+def test_fork_bomb_peak_one_over_the_cap(session: Session, engine: FakeEngine) -> None:
+    """A sampled peak may read cap + 1 (a refused fork, counted for an instant);
+    the kernel's own peak counter never may."""
+
+    def over(source: str) -> list[str]:
+        outcome = _deadline_outcome(
+            session,
+            engine,
+            limits=LimitRequest(pids=32, timeout_s=0.2),
+            pids_limit=32,
+            pids_peak=33,
+            pids_peak_source=source,
+            pids_limit_hits=500,
+        )
+        return judged(judge_fork_bomb, outcome).failures
+
+    assert over("highest sample") == []
+    assert any("processes peak is 33" in item for item in over("kernel peak counter"))
+
+
 def test_cpu_spin_throttled(session: Session, engine: FakeEngine) -> None:
     limits = LimitRequest(cpus=0.5, timeout_s=0.2)
     outcome = _deadline_outcome(
@@ -875,7 +895,12 @@ def test_egress_packages_judges_the_proxys_log_and_the_programs_report(
     verdict = judged(judge_egress_packages, contained, "172.17.0.1", 0)
     assert verdict.failures == []
     report["direct"] = {"172.17.0.1": "connected"}
+    report["connected_ends"] = {"172.17.0.1": [["192.168.64.2", 40001], ["172.17.0.1", 40000]]}
+    report["neighbours"] = ["172.17.0.1 0x1 0x2 02:42:ac:11:00:01 * eth0"]
     relayed = EgressObserved("packages", (HostReached("x.example", 443, 1, 1, 1),), 4)
     escaped = packages(outcome_of(session, engine, report_script(report)), relayed)
     verdict = judged(judge_egress_packages, escaped, "172.17.0.1", 1)
     assert len(verdict.failures) == 3
+    # Who answered is in the failure, to be read after the fact.
+    (direct,) = [item for item in verdict.failures if "a direct connection" in item]
+    assert "192.168.64.2" in direct and "02:42:ac:11:00:01" in direct

@@ -56,6 +56,9 @@ V1_FILES = {
     "memsw_failcnt": ("memory", "memory.memsw.failcnt"),
     "memory_oom": ("memory", "memory.oom_control"),
     "pids_current": ("pids", "pids.current"),
+    # The kernel's own peak (Linux 6.1+, v1 too): pids.current also counts, for an
+    # instant, a fork the cap then refuses, so a sample of it can read cap + 1.
+    "pids_peak": ("pids", "pids.peak"),
     "pids_max": ("pids", "pids.max"),
     "pids_events": ("pids", "pids.events"),
     "cpu_usage_ns": ("cpuacct", "cpuacct.usage"),

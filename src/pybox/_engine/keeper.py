@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from pybox._adapters.unix_listener import listen_owner_only, peer_credentials
-from pybox._core.errors import EngineError
+from pybox._core.errors import EngineError, PyboxError
 from pybox._engine.client import DockerEngine
 from pybox._engine.endpoint import EngineEndpoint
 from pybox._engine.stream import DockerAttachStream, frame
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = DockerEngine(EngineEndpoint(args.engine_socket, "keeper"), args.api_version)
         stream = engine.attach(args.container)
         listener = listen(path)
-    except (EngineError, OSError) as exc:
+    except (PyboxError, OSError) as exc:  # a socket path too long, say: told to the creator
         ready.write(f"error {exc}\n")
         ready.close()
         return 1

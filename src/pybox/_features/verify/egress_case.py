@@ -126,11 +126,17 @@ def judge_egress_packages(
         verdict.check(answer in REFUSED, f"the proxy answered {what!r} with {answer!r}")
     verdict.saw("program", "; ".join(f"{what}: {answer}" for what, answer in asked.items()))
     direct = report.get("direct") or {}
-    verdict.check("connected" not in direct.values(), f"a direct connection: {direct}")
+    verdict.check(
+        "connected" not in direct.values(),
+        f"a direct connection: {direct}; its ends (box, peer): {report.get('connected_ends')}; "
+        f"the box's addresses {report.get('own_addresses')}; "
+        f"its neighbours {report.get('neighbours')}",
+    )
     verdict.check(not str(report.get("dns")).startswith("[("), f"a name resolved: {report}")
     verdict.saw(
         "program",
-        f"interfaces {report.get('interfaces')}; direct TCP "
+        f"interfaces {report.get('interfaces')}, addresses {report.get('own_addresses')}; "
+        "direct TCP "
         + ", ".join(f"{a}: {r}" for a, r in direct.items())
         + f"; lookup: {report.get('dns')}",
     )

@@ -82,8 +82,15 @@ def judge_fork_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
     kernel = receipt.observed_by_kernel
     cap = int(receipt.configured.limits["pids"])
     verdict.check(kernel.pids_limit == cap, f"the kernel's pids limit is {kernel.pids_limit}")
+    # A sample of pids.current may read cap + 1: the kernel counts a fork before
+    # it checks the cap and takes it back when it refuses. Its own peak counter
+    # (pids.peak) counts only forks it let through.
+    sampled = kernel.pids_peak_source != "kernel peak counter"
+    allowed = (cap, cap + 1) if sampled else (cap,)
     verdict.check(
-        kernel.pids_peak == cap, f"the processes peak is {kernel.pids_peak}, not the cap {cap}"
+        kernel.pids_peak in allowed,
+        f"the processes peak is {kernel.pids_peak}, not the cap {cap}"
+        + (" (or one more, a refused fork counted for an instant)" if sampled else ""),
     )
     verdict.check(
         bool(kernel.pids_limit_hits), f"the kernel counted {kernel.pids_limit_hits} refused forks"

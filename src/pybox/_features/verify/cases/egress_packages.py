@@ -35,6 +35,9 @@ for line in open("/proc/net/route").read().splitlines()[1:]:
     if fields[1] == "00000000":
         gateway = socket.inet_ntoa(int(fields[2], 16).to_bytes(4, "little"))
 report["direct"] = {}
+# Who answered, should anything connect: both ends of the connection, and the
+# link-layer neighbours the box saw (read after the attempts).
+report["connected_ends"] = {}
 target = params.get("listener")
 for address in [a for a in ((target or {}).get("host"), gateway) if a]:
     tcp = socket.socket()
@@ -42,10 +45,19 @@ for address in [a for a in ((target or {}).get("host"), gateway) if a]:
     try:
         tcp.connect((address, (target or {}).get("tcp_port", 443)))
         report["direct"][address] = "connected"
+        report["connected_ends"][address] = [tcp.getsockname(), tcp.getpeername()]
     except OSError as exc:
         report["direct"][address] = errno.errorcode.get(exc.errno, type(exc).__name__)
     finally:
         tcp.close()
+report["neighbours"] = open("/proc/net/arp").read().splitlines()[1:]
+own, last = set(), None
+for line in open("/proc/net/fib_trie").read().splitlines():
+    if "|--" in line:
+        last = line.split()[-1]
+    elif "host LOCAL" in line and last and not last.startswith("127."):
+        own.add(last)
+report["own_addresses"] = sorted(own)
 answer = []
 
 
