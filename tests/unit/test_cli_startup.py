@@ -32,6 +32,7 @@ HEAVY = (
     "pybox._frontends.mcp",
     "pybox._frontends.api",
     "pybox._core.receipt",
+    "pybox._core.receipt_summary",
     "pybox._core.repair",
     "pybox._core.limits",
     "pybox._core.posture",
