@@ -19,8 +19,8 @@ from pybox._adapters.cgroups import SamplerFactory, engine_path_sampler_factory
 from pybox._adapters.config import Settings, load_settings
 from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.state import StateStore
-from pybox._boxes.box import run_once
 from pybox._boxes.egress import EgressRequest
+from pybox._boxes.oneshot import run_once
 from pybox._boxes.outputs import FileMarker
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._boxes.record import RunInterrupted, RunOutcome
