@@ -32,6 +32,7 @@ HEAVY = (
     "pybox._frontends.mcp",
     "pybox._frontends.api",
     "pybox._core.receipt",
+    "pybox._core.receipt_summary",
     "pybox._core.repair",
     "pybox._core.limits",
     "pybox._core.posture",
@@ -238,9 +239,11 @@ EXEC_DEFERRED = (
 )
 # The most pybox modules a cold `pybox exec` imports before it reaches the engine.
 # Measured with this test's probe (exec - with a recorded image, no engine): 87 on
-# main before issue 19, 81 after it (147 modules in all, from 165). Raise it only
+# main before issue 19, 81 after it (147 modules in all, from 165); 84 once box.py
+# and session.py were split to stay under ~400 lines (`_boxes.oneshot`,
+# `_boxes.outcome`, `session.engine`: the same code in more files). Raise it only
 # for a module the run really needs.
-EXEC_PYBOX_MODULES_AT_MOST = 82
+EXEC_PYBOX_MODULES_AT_MOST = 84
 
 
 def test_exec_imports_only_what_a_run_needs_before_the_engine(tmp_path: Path) -> None:

@@ -234,15 +234,33 @@ def _type_checking_names(path: str) -> dict[str, object]:
 
 
 def test_the_session_hands_out_no_adapter_object() -> None:
-    """Front ends talk to a Session; nothing public on it returns an adapter or the engine."""
-    from pybox._orchestration import session as session_module
+    """Front ends talk to a Session; nothing public on it returns an adapter or the engine.
+
+    Its methods come from its parts too (`pybox._orchestration.session.*`): each
+    class of the MRO is read with its own module's names."""
+    import sys
+
     from pybox._orchestration.session import Session
 
-    namespace = {**vars(session_module), **_type_checking_names(session_module.__file__)}
     leaks: list[str] = []
-    for name, member in vars(Session).items():
-        if name.startswith("_") or name in ORCHESTRATION_HANDLES:
+    seen: set[str] = set()
+    for cls in Session.__mro__:
+        if not cls.__module__.startswith("pybox"):
             continue
+        module = sys.modules[cls.__module__]
+        assert module.__file__ is not None
+        namespace = {**vars(module), **_type_checking_names(module.__file__)}
+        leaks.extend(_adapter_returns(cls, namespace, seen))
+    assert not leaks, leaks
+
+
+def _adapter_returns(cls: type, namespace: dict[str, object], seen: set[str]) -> list[str]:
+    """The public members of `cls` (not overridden before it in the MRO) returning an adapter."""
+    leaks: list[str] = []
+    for name, member in vars(cls).items():
+        if name.startswith("_") or name in ORCHESTRATION_HANDLES or name in seen:
+            continue
+        seen.add(name)
         function = member.fget if isinstance(member, property) else member
         if isinstance(function, (classmethod, staticmethod)):
             function = function.__func__
@@ -250,7 +268,7 @@ def test_the_session_hands_out_no_adapter_object() -> None:
             continue
         hints = typing.get_type_hints(function, globalns=namespace)
         leaks.extend(f"Session.{name}: {t}" for t in _adapter_types_in(hints.get("return")))
-    assert not leaks, leaks
+    return leaks
 
 
 def test_the_session_keeps_no_other_public_adapter_attribute(tmp_path: Path) -> None:

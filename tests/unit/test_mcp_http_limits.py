@@ -16,15 +16,15 @@ import pytest
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError
 from pybox._frontends.mcp import ServerOptions, build_dispatcher
-from pybox._frontends.mcp._http import (
-    HttpServer,
+from pybox._frontends.mcp._http.server import HttpServer
+from pybox._frontends.mcp._http.sessions import Sessions
+from pybox._frontends.mcp._http.settings import (
     HttpSettings,
     add_http_arguments,
     exposure_warning,
     http_limits,
 )
-from pybox._frontends.mcp._httpsessions import Sessions
-from pybox._frontends.mcp._httpwire import (
+from pybox._frontends.mcp._http.wire import (
     ByteBudget,
     ConnectionGate,
     HttpLimits,

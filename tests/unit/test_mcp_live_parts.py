@@ -9,7 +9,7 @@ import pytest
 
 from pybox._core.capture import HeadTailCapture
 from pybox._core.events import OutputChunk, RunEnded
-from pybox._frontends.mcp._httpwire import ReplyQueue
+from pybox._frontends.mcp._http.wire import ReplyQueue
 from pybox._frontends.mcp._live import LiveOutput, character_end, kept_from
 
 

@@ -21,7 +21,8 @@ import pytest
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError
 from pybox._frontends.mcp import ServerOptions, build_dispatcher
-from pybox._frontends.mcp._http import HttpServer, HttpSettings, http_settings
+from pybox._frontends.mcp._http.server import HttpServer
+from pybox._frontends.mcp._http.settings import HttpSettings, http_settings
 from pybox._frontends.mcp._stdio import StdioServer
 from pybox._frontends.mcp._tools import TOOLS
 from tests.unit.conftest import make_session

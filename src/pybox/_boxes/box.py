@@ -1,8 +1,8 @@
 """A sealed box: create -> posture read back and verified -> attach, start ->
 programs -> remove, confirmed gone.
 
-One type for every use: a one-shot run (`run_once`: protocol 1, one program,
-no extra round trip), the warm pool (started boxes waiting for their one
+One type for every use: a one-shot run (`oneshot.run_once`: protocol 1, one
+program, no extra round trip), the warm pool (started boxes waiting for their one
 program) and boxes that run programs one after another (protocol 2,
 `Box.run_program`). The protocol is fixed at create time: it is part of the
 entrypoint, which is read back with the rest of the posture before start.
@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from pybox._adapters.cgroups import Sampler
 from pybox._boxes.cleanup import remove_and_confirm
-from pybox._boxes.egress import EgressRequest, open_for_run
+from pybox._boxes.outcome import finish
 from pybox._boxes.program import ProgramRun
-from pybox._boxes.receipt import build_receipt
-from pybox._boxes.record import RunInterrupted, RunOutcome, iso_now
+from pybox._boxes.record import RunOutcome, iso_now
 from pybox._boxes.spec import (
-    EXPIRY_MARGIN_S,
     BoxContext,
     box_spec,
     create_box,
@@ -37,9 +35,9 @@ from pybox._boxes.spec import (
     wait_until_ready,
 )
 from pybox._core import wire
-from pybox._core.egress import EgressObserved, EgressPlan
+from pybox._core.egress import EgressPlan
 from pybox._core.errors import EngineError, InvalidRequest, SandboxError
-from pybox._core.events import EventSink, RunEnded
+from pybox._core.events import EventSink
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
 from pybox._core.posture import PAYLOAD_WAIT_S
@@ -342,90 +340,3 @@ class Box:
         traceback: TracebackType | None,
     ) -> None:
         self.remove()
-
-
-def run_once(
-    context: BoxContext,
-    request: RunRequest,
-    limits: Limits,
-    image: ImageRecord,
-    *,
-    run_id: str,
-    files_dir: Path | None = None,
-    cancel: threading.Event | None = None,
-    leftovers_swept: int = 0,
-    warm: Box | None = None,
-    on_event: EventSink | None = None,
-    egress: EgressRequest | None = None,
-) -> RunOutcome:
-    """One program in a single-use box: a fresh one, or `warm` (started ahead, from
-    the pool). The box is removed, and its removal confirmed, on every path; so is
-    its egress network (and proxy), made first when its mode is not none."""
-    expires_at = int(time.time() + limits.timeout_s + EXPIRY_MARGIN_S)
-    net, plan, request = open_for_run(
-        context, egress, request, box_id=run_id, image=image, expires_at=expires_at, warm=warm
-    )
-    box = warm or Box(
-        context,
-        image,
-        limits,
-        request.code_name,
-        box_id=run_id,
-        expires_at=expires_at,
-        egress=plan,
-    )
-    program = ProgramRun(
-        box,
-        request,
-        run_id=run_id,
-        files_dir=files_dir,
-        cancel=cancel,
-        on_event=on_event,
-        leftovers_swept=leftovers_swept,
-    )
-    if warm is None:
-        box.record_attempt()
-    interrupted = False
-    seen = None
-    try:
-        try:
-            if warm is None:
-                box.create()
-                box.start()
-            program.run()
-        except KeyboardInterrupt:
-            interrupted = program.cancelled = True
-        except SandboxError as exc:
-            program.sandbox_error, program.sandbox_error_quote = str(exc), exc.quote
-        except EngineError as exc:
-            if box.container_id is None:
-                raise
-            program.sandbox_error = f"The engine failed during the run: {exc}"
-    finally:
-        # Every path, including Ctrl-C and engine errors, ends here.
-        program.close_observers()
-        box.remove(exit_reported=program.exit_info is not None, unknown=program.unknown)
-        if net is not None:  # after the box: its connections are closed and logged
-            seen = net.observed_then_close(program.unknown)
-    return finish(program, interrupted, seen)
-
-
-def finish(
-    program: ProgramRun, interrupted: bool, egress: EgressObserved | None = None
-) -> RunOutcome:
-    """The receipt from the program's record; the end event; Ctrl-C passed on."""
-    receipt = build_receipt(program.record())
-    if egress is not None:
-        observed = replace(receipt.observed_by_pybox, egress=egress)
-        receipt = replace(receipt, observed_by_pybox=observed)
-    files = program.files
-    outcome = RunOutcome(
-        receipt=receipt,
-        stdout=program.stdout.kept(),
-        stderr=program.stderr.kept(),
-        output_files=tuple(files.files) if files is not None else (),
-    )
-    program.events.emit(RunEnded(receipt.run_id, receipt.status.value, receipt.exit_code))
-    if interrupted:
-        raise RunInterrupted(outcome)
-    return outcome

@@ -7,7 +7,8 @@ from enum import StrEnum
 from typing import Any
 
 from pybox._core.display import escape_text
-from pybox._core.receipt import Receipt, format_bytes
+from pybox._core.receipt import Receipt
+from pybox._core.receipt_summary import format_bytes
 from pybox._core.repair.bounds import RepairLimits
 from pybox._core.repair.goal import RepairGoal, sha256_hex
 from pybox._core.repair.model import RepairModel

@@ -17,6 +17,7 @@ from pybox._core.errors import SandboxError
 from pybox._core.receipt import LibraryFact
 from pybox._features.sandboxes import fileops
 from pybox._features.sandboxes.install import install_libraries
+from pybox._features.sandboxes.programs import attached, run_limits, run_program
 from pybox._features.sandboxes.records import PACKAGES_FOLDER
 from pybox._features.store import SandboxRow
 
@@ -46,12 +47,12 @@ def install_into(
             max_bytes=limits.writable_bytes,
             say=say,
         )
-    with sandboxes._attached(row.sandbox_id) as (fresh, box):
+    with attached(sandboxes, row.sandbox_id) as (fresh, box):
         request = fileops.unpack_request(PACKAGES_FOLDER, installed.tar_bytes)
-        limits = sandboxes._run_limits(box.limits, request)
+        limits = run_limits(box.limits, request)
         facts = tuple(LibraryFact(p.name, p.version, p.wheel_sha256) for p in installed.packages)
-        outcome = sandboxes._program(
-            fresh, box, request, limits, "sandbox.install", None, None, None, facts
+        outcome = run_program(
+            sandboxes, fresh, box, request, limits, "sandbox.install", None, None, None, facts
         )
     report = fileops.outcome_report(outcome, PACKAGES_FOLDER, "unpack the libraries into")
     if not isinstance(report.get("files"), int):

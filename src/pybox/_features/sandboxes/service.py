@@ -6,6 +6,9 @@ attaches to its box (posture read back again) and runs one program in it: the
 agent's code, a command, or one of pybox's own file operations. The record, not
 memory, says who owns the sandbox and what state it is in; the audit log gets
 every operation. An unreachable engine is an error and the record is kept.
+
+This module is a sandbox's lifecycle (create, list, destroy, the records); one
+program in a live sandbox is `programs`, the commands and files `operations`.
 """
 
 from __future__ import annotations
@@ -16,42 +19,33 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pybox._boxes.box import Box
 from pybox._boxes.cleanup import remove_and_confirm
-from pybox._boxes.reattach import SandboxBox, SandboxGone, reattach
 from pybox._boxes.record import RunOutcome
 from pybox._core import wire
 from pybox._core.display import plural
 from pybox._core.errors import (
-    InvalidRequest,
     LimitExceeded,
     SandboxError,
     SandboxNotFound,
 )
 from pybox._core.events import EventSink
-from pybox._core.limits import LimitRequest, Limits, Policy
-from pybox._core.posture import WORK_DIR
+from pybox._core.limits import LimitRequest, Limits
 from pybox._core.receipt import LibraryFact
-from pybox._core.request import RunRequest, check_request
+from pybox._core.request import RunRequest
 from pybox._core.requirements import parse_libraries
-from pybox._core.runtimes import RuntimeChoice
 from pybox._features.sandboxes.egress import (
     close_egress,
     open_egress,
-    plan_for,
-    with_ca_bundle,
-    with_hosts_reached,
 )
 from pybox._features.sandboxes.fileops import SandboxFile
 from pybox._features.sandboxes.locking import sandbox_lock
+from pybox._features.sandboxes.programs import run_in
 from pybox._features.sandboxes.records import (
-    BOX_WIDE,
     LIVE_STATES,
-    PACKAGES_FOLDER,
     RUN_PROGRAM,
     SandboxInfo,
     SandboxSettings,
@@ -237,7 +231,7 @@ class Sandboxes:
             "sandbox.destroy", row.sandbox_id, {"reason": reason, "egress_left": problems}
         )
 
-    # -- programs in a sandbox ------------------------------------------------------
+    # -- programs in a sandbox (pybox._features.sandboxes.programs) -------------------
 
     def run(
         self,
@@ -254,99 +248,16 @@ class Sandboxes:
         timeout or output cap; more is refused). A failing program is data.
         `installed`: the libraries installed for this run, for its receipt."""
         self._check_id(sandbox_id)
-        with self._lock(sandbox_id, cancel), self._attached(sandbox_id) as (row, box):
-            limits = self._run_limits(box.limits, request)
-            check_request(
-                replace(request, limits=LimitRequest()),
-                limits,
-                allow_credential_env=self.session.policy.allow_credential_env,
-            )
-            if row.libraries:
-                request = with_packages_path(request)
-            request = with_ca_bundle(row, request)
-            return self._program(
-                row, box, request, limits, kind, files_dir, cancel, on_event, installed
-            )
-
-    def _program(
-        self,
-        row: SandboxRow,
-        box: Box,
-        request: RunRequest,
-        limits: Limits,
-        kind: str,
-        files_dir: Path | None,
-        cancel: threading.Event | None,
-        on_event: EventSink | None,
-        installed: tuple[LibraryFact, ...] = (),
-    ) -> RunOutcome:
-        run_id = secrets.token_hex(8)
-        self.store.record_run_started(
-            run_id,
+        return run_in(
+            self,
+            sandbox_id,
+            request,
             kind=kind,
-            owner=self.session.owner,
-            request=_request_facts(request),
-            sandbox_id=row.sandbox_id,
+            files_dir=files_dir,
+            cancel=cancel,
+            on_event=on_event,
+            installed=installed,
         )
-        self.store.transition(row.sandbox_id, "busy", f"{kind} {run_id}")
-        outcome: RunOutcome | None = None
-        since = time.time()
-        try:
-            outcome = box.run_program(
-                request,
-                run_id=run_id,
-                files_dir=files_dir,
-                cancel=cancel,
-                on_event=on_event,
-                limits=limits,
-            )
-            outcome = with_hosts_reached(self.session, row, since, outcome)
-            if installed:
-                receipt = outcome.receipt
-                configured = replace(receipt.configured, libraries=installed)
-                outcome = replace(outcome, receipt=replace(receipt, configured=configured))
-        finally:
-            self._after_program(row, box, run_id, kind, outcome)
-        return outcome
-
-    def _after_program(
-        self, row: SandboxRow, box: Box, run_id: str, kind: str, outcome: RunOutcome | None
-    ) -> None:
-        now = time.time()
-        if outcome is not None:
-            receipt = outcome.receipt.to_dict()
-            self.store.record_run_finished(
-                run_id, status=outcome.receipt.status.value, receipt=receipt
-            )
-        status = "interrupted" if outcome is None else outcome.receipt.status.value
-        self.store.audit(kind, row.sandbox_id, {"run_id": run_id, "status": status})
-        if box.removal is not None:
-            why = f"its box broke during run {run_id}: {box.broken or 'removed'}"[:300]
-            self.store.transition(
-                row.sandbox_id, "destroyed", why, last_used_at=now, runs=row.runs + 1
-            )
-        else:
-            self.store.transition(
-                row.sandbox_id,
-                "ready",
-                f"{kind} {run_id} ended",
-                last_used_at=now,
-                runs=row.runs + 1,
-            )
-
-    def _run_limits(self, box_limits: Limits, request: RunRequest) -> Limits:
-        asked = request.limits
-        for attr in BOX_WIDE:
-            value = getattr(asked, attr)
-            if value is not None and value != getattr(box_limits, attr):
-                raise InvalidRequest(
-                    f"A run cannot change the sandbox's {attr} (it is {getattr(box_limits, attr)}"
-                    ", set when the sandbox was created). Create a sandbox with the limits you "
-                    "need."
-                )
-        # The sandbox's limits are this run's defaults and ceilings: less may be
-        # asked for, more is refused, never clamped.
-        return Policy(defaults=box_limits, ceilings=box_limits).resolve(asked)
 
     # -- internals ------------------------------------------------------------------
 
@@ -357,64 +268,6 @@ class Sandboxes:
         wait = self.settings.lock_wait_s if wait_s is None else wait_s
         with sandbox_lock(self._locks, sandbox_id, wait, cancel):
             yield
-
-    @contextmanager
-    def _attached(self, sandbox_id: str) -> Iterator[tuple[SandboxRow, Box]]:
-        """The sandbox's record (re-read under its lock) and its box, attached;
-        let go of afterwards (the box stays in the engine)."""
-        row = self._usable(sandbox_id)
-        image = self.session.verified_image(row.image_name)
-        if image.image_id != row.image_id:
-            raise SandboxError(
-                f"Sandbox {sandbox_id} was made from image {row.image_id[:19]}, but "
-                f"{row.image_name} is now {image.image_id[:19]}. Create a new sandbox."
-            )
-        known = SandboxBox(
-            box_id=row.sandbox_id,
-            container_id=row.container_id or row.container_name,
-            owner=row.owner,
-            code_name=RUN_PROGRAM,
-            expires_at=int(row.expires_at),
-            idle_s=row.idle_ttl_s,
-            uid=int(row.limits["uid"]),
-            store=self.tag,
-            egress=plan_for(row),
-        )
-        try:
-            context = self.session.box_context(self._lane(row))
-            box = reattach(context, image, Limits(**row.limits["box"]), known)
-        except SandboxGone as exc:
-            # Its box has ended (or is gone): removed now, with its egress, not left
-            # to the sweep.
-            self._destroy_locked(row, str(exc)[:300])
-            raise SandboxNotFound(f"Sandbox {sandbox_id} is gone: {exc}") from exc
-        try:
-            yield row, box
-        finally:
-            box.let_go_of("the operation ended")
-
-    def _lane(self, row: SandboxRow) -> RuntimeChoice | None:
-        """The lane the sandbox was made in (a record from before lanes were kept:
-        the session's default, as then). One the operator no longer allows, or the
-        engine no longer has, is refused with that reason."""
-        lane = row.limits.get("runtime")
-        return self.session.runtime_choice(lane) if isinstance(lane, str) else None
-
-    def _usable(self, sandbox_id: str) -> SandboxRow:
-        row = self._get(sandbox_id)
-        now = time.time()
-        if row.state not in ("ready", "busy"):
-            raise SandboxNotFound(
-                f"Sandbox {sandbox_id} is {row.state} ({row.reason}). Create a new one."
-            )
-        expired = now >= row.expires_at or now >= row.last_used_at + row.idle_ttl_s
-        if expired:
-            self._destroy_locked(row, "expired (idle time or lifetime over)")
-            raise SandboxNotFound(
-                f"Sandbox {sandbox_id} expired (idle for {row.idle_ttl_s:g} s, or its lifetime "
-                "ended) and was destroyed. Create a new one."
-            )
-        return row
 
     def _get(self, sandbox_id: str) -> SandboxRow:
         row = self.store.get_sandbox(sandbox_id)
@@ -486,23 +339,3 @@ class Sandboxes:
         self._check_id(sandbox_id)
         with self._lock(sandbox_id):
             return self._install(self._get(sandbox_id), wanted, say)
-
-
-def with_packages_path(request: RunRequest) -> RunRequest:
-    """The sandbox's installed libraries first on the program's sys.path."""
-    folder = f"{WORK_DIR}/{PACKAGES_FOLDER}"
-    env = dict(request.env)
-    env["PYTHONPATH"] = folder + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return replace(request, env=tuple(env.items()))
-
-
-def _request_facts(request: RunRequest) -> dict[str, Any]:
-    """What the store keeps of a request: never a variable's value."""
-    return {
-        "code_name": request.code_name,
-        "code_bytes": len(request.code),
-        "argv_count": len(request.argv),
-        "env_names": sorted(name for name, _ in request.env),
-        "stdin_bytes": len(request.stdin_bytes),
-        "inputs": [item.name for item in request.inputs],
-    }

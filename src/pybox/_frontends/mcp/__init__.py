@@ -31,12 +31,8 @@ from pybox._frontends.mcp._client_config import (
 )
 from pybox._frontends.mcp._connection import Connection, log
 from pybox._frontends.mcp._dispatcher import Dispatcher
-from pybox._frontends.mcp._http import (
-    HttpServer,
-    add_http_arguments,
-    http_limits,
-    http_settings,
-)
+from pybox._frontends.mcp._http.server import HttpServer
+from pybox._frontends.mcp._http.settings import add_http_arguments, http_limits, http_settings
 from pybox._frontends.mcp._runs import RunRegistry, add_registry_arguments, registry_from_args
 from pybox._frontends.mcp._startup import Machine, check_images, machine_fit
 from pybox._frontends.mcp._stdio import StdioServer, claim_stdio

@@ -1,7 +1,9 @@
 """A session: the engine, the operator's policy and pybox's state, ready to run boxes.
 
 Front ends (CLI, Python API, MCP) open a session and ask it to run; they never
-talk to the engine themselves.
+talk to the engine themselves. The session's parts: its engine (`engine`), its
+images (`images`) and its features with state of their own (`features`); this
+module puts them together and runs.
 """
 
 from __future__ import annotations
@@ -15,16 +17,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pybox._adapters.cgroups import SamplerFactory, engine_path_sampler_factory
 from pybox._adapters.config import Settings, load_settings
-from pybox._adapters.confinement import confinement
 from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._adapters.state import StateStore
-from pybox._boxes.box import run_once
-from pybox._boxes.cleanup import SweepReport, sweep
-from pybox._boxes.egress import EgressRequest, sweep_egress
+from pybox._boxes.egress import EgressRequest
+from pybox._boxes.oneshot import run_once
 from pybox._boxes.outputs import FileMarker
 from pybox._boxes.program import SAMPLE_INTERVAL_S
 from pybox._boxes.record import RunInterrupted, RunOutcome
-from pybox._boxes.spec import BoxContext, new_run_id
+from pybox._boxes.spec import new_run_id
 from pybox._core.egress import NONE, PACKAGES, EgressSettings, choose_mode
 from pybox._core.errors import LimitExceeded
 from pybox._core.events import EventSink
@@ -32,26 +32,23 @@ from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits, Policy
 from pybox._core.pool import PoolSettings
-from pybox._core.receipt import EngineFacts
 from pybox._core.repair import RepairPolicy
 from pybox._core.request import PreparedRun, RunRequest, check_request
 from pybox._core.runtimes import (
     RuntimeChoice,
     RuntimePolicy,
     refuse_egress_without_network,
-    resolve_on_engine,
 )
 from pybox._core.sandbox_settings import SandboxSettings
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine
 from pybox._inbox import bootstrap_source
 from pybox._orchestration.admission import SessionAdmission
-from pybox._orchestration.engine_checks import refuse_unsafe_engine
 from pybox._orchestration.hosts import Host, open_host
-from pybox._orchestration.session_features import SessionFeatures
-from pybox._orchestration.session_images import SessionImages
+from pybox._orchestration.session.engine import SessionEngine
+from pybox._orchestration.session.features import SessionFeatures
+from pybox._orchestration.session.images import SessionImages
 from pybox._orchestration.staging import OutputStaging, stage_outputs
-from pybox._version import __version__
 
 # What only images, the VM, doctor and the warm pool need is imported where they
 # are used: a one-shot `pybox exec` does not pay for it.
@@ -63,7 +60,7 @@ if TYPE_CHECKING:
     from pybox._features.store import Store
 
 
-class Session(SessionFeatures, SessionImages):
+class Session(SessionEngine, SessionFeatures, SessionImages):
     """Lazily connected: checking a request needs no engine, so a bad request is
     refused even when the engine is down."""
 
@@ -173,17 +170,13 @@ class Session(SessionFeatures, SessionImages):
         """The folder holding pybox's state (image records, attempts)."""
         return self.state.root
 
+    @property
+    def environ(self) -> Mapping[str, str]:
+        return self._environ
+
     def recorded_images(self) -> dict[str, ImageRecord]:
         """The recorded images by name, as values: front ends never hold the store."""
         return self.state.images()
-
-    @property
-    def engine(self) -> Engine:
-        with self._lock:
-            if self._engine is None:
-                assert self._connect is not None
-                self._engine = self._connect()
-            return self._engine
 
     def egress_request(self, requested: str | None) -> EgressRequest:
         """A box's egress: its mode within the operator's policy (refused, never
@@ -195,63 +188,6 @@ class Session(SessionFeatures, SessionImages):
 
             machine = machine_registries(self._environ)
         return EgressRequest(mode, self.egress_settings, machine)
-
-    def runtime_choice(self, requested: str | None = None) -> RuntimeChoice:
-        """The lane for a run asking for `requested` (None: the operator's default),
-        checked against the engine's registered runtimes; or a clear refusal."""
-        if requested is None and self._default_runtime is not None:
-            return self._default_runtime
-        choice = self.runtimes.choose(requested)
-        if not choice.shares_host_kernel:  # runc needs no look at the engine's runtimes
-            choice = resolve_on_engine(choice, self._info())
-        if requested is None:
-            self._default_runtime = choice
-        return choice
-
-    def use_runtime(self, lane: str) -> RuntimeChoice:
-        """Make `lane` this session's default (`pybox verify --runtime`), where the
-        operator allows it and the engine has it; or a clear refusal."""
-        choice = self.runtime_choice(lane)
-        self._default_runtime = choice
-        return choice
-
-    def _context(self, runtime: RuntimeChoice | None = None) -> BoxContext:
-        return BoxContext(
-            engine=self.engine,
-            state=self.state,
-            owner=self.owner,
-            pybox_version=__version__,
-            bootstrap_source=self._bootstrap,
-            sampler_factory=self._sampler_factory,
-            isolation=self.runtime_choice() if runtime is None else runtime,
-            confinement=self.confinement(),
-            pool_service=self.pool_service,
-        )
-
-    def box_context(self, runtime: RuntimeChoice | None = None) -> BoxContext:
-        """What a box needs from this session (for the features that make their own),
-        in lane `runtime` (None: the session's default)."""
-        return self._context(runtime)
-
-    @property
-    def environ(self) -> Mapping[str, str]:
-        return self._environ
-
-    def confinement(self) -> Confinement:
-        """pybox's seccomp profile and the AppArmor profile boxes on this engine need."""
-        if self._confinement is None:
-            # Only a local engine shares this machine's kernel, and so its AppArmor.
-            self._confinement = confinement(self._info(), local_host=not self.in_vm)
-        return self._confinement
-
-    def _info(self) -> dict[str, Any]:
-        """The engine's `/info`, asked once per session."""
-        if self._engine_info is None:
-            info = dict(self.engine.info())
-            # A rootless engine on cgroup v1 ignores the caps: no box runs on it.
-            refuse_unsafe_engine(self.engine.name, info)
-            self._engine_info = info
-        return self._engine_info
 
     def prepare(self, request: RunRequest) -> PreparedRun:
         """`request` made ready to run, or a clear refusal; creates nothing.
@@ -287,46 +223,6 @@ class Session(SessionFeatures, SessionImages):
                     f"Ask for at most {cpus}."
                 )
         return limits
-
-    def _cpus(self) -> int:
-        return int(self._info().get("NCPU") or 1)
-
-    def engine_facts(self) -> EngineFacts:
-        engine = self.engine
-        return EngineFacts(
-            endpoint=f"{engine.endpoint.url} ({engine.endpoint.found_by})",
-            api_version=engine.api_version,
-            server_version=engine.server_version,
-            name=engine.name,
-        )
-
-    def engine_report(self) -> dict[str, Any]:
-        """Socket, versions, cgroup version and runtimes of the engine."""
-        from pybox._orchestration.doctor import engine_facts
-
-        engine = self.engine
-        facts = engine_facts(engine, engine.info())
-        return {"socket": engine.endpoint.url, "found_by": engine.endpoint.found_by, **facts}
-
-    def leftovers(self) -> list[dict[str, Any]]:
-        from pybox._orchestration.doctor import leftover_boxes
-
-        return leftover_boxes(self.engine, self.is_owner_alive)
-
-    def sweep(self) -> SweepReport:
-        report = sweep(self.engine, self.state, self.is_owner_alive)
-        sweep_egress(self.engine)  # networks and proxies whose box is gone
-        return report
-
-    def _sweep_once(self) -> int:
-        """Sweep before the session's first run (or warm-up), once; return how many
-        boxes that sweep removed. Every run of the session reports that number, so a
-        server's runs show the sweep it made at start instead of 0. Runs arriving
-        during the sweep wait for it: no box starts beside a leftover being removed."""
-        with self._sweep_lock:
-            if self._swept is None:
-                self._swept = len(self.sweep().removed)
-            return self._swept
 
     def stage_outputs(
         self,

@@ -1,5 +1,5 @@
 """What the operator chose for `pybox mcp --http`: the address, the token, and
-the caps on HTTP clients (`_httpwire.HttpLimits`), from flags and environment.
+the caps on HTTP clients (`wire.HttpLimits`), from flags and environment.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from pybox._core.addresses import is_loopback
 from pybox._core.errors import ConfigError
-from pybox._frontends.mcp._httpwire import KIB, HttpLimits
+from pybox._frontends.mcp._http.wire import KIB, HttpLimits
 
 TOKEN_ENV = "PYBOX_MCP_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 (names to warn about, not bound here)
