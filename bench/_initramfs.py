@@ -60,9 +60,70 @@ def newc_archive(entries: Sequence[tuple[str, int, bytes]]) -> bytes:
     return bytes(out)
 
 
-def initramfs(busybox: bytes, modules: Sequence[tuple[str, bytes]] = ()) -> bytes:
-    """With `modules` (name, .ko bytes) the box init; without, the marker-only one."""
-    init = BOX_INIT_SCRIPT if modules else INIT_SCRIPT
+# The channel box (bench/microvm_box.py): code in and output out over a
+# virtio-console port, not the serial console. virtio_console after the others.
+CHANNEL_MODULES = (*VIRTIO_MODULES, ("virtio_console", "kernel/drivers/char/virtio_console.ko"))
+PORT_NAME = "pybox"
+# The guest's runner, the image's Python in the chroot, fds 0 and 1 on the port:
+# reads a 4-byte big-endian length and the code, runs it as a child (uid 65534,
+# its own session, a deadline), then writes one frame: the exit code, stdout and
+# stderr, each with its 4-byte length. The init powers off after it.
+CHANNEL_RUNNER = r"""
+import os, subprocess, sys
+def take(n):
+    data = b""
+    while len(data) < n:
+        part = os.read(0, n - len(data))
+        if not part:
+            sys.exit(3)
+        data += part
+    return data
+code = take(int.from_bytes(take(4), "big"))
+def drop():
+    os.setgid(65534)
+    os.setuid(65534)
+try:
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60, cwd="/tmp", preexec_fn=drop, start_new_session=True)
+    rc, out, err = done.returncode, done.stdout, done.stderr
+except subprocess.TimeoutExpired as exc:
+    rc, out, err = 124, exc.stdout or b"", exc.stderr or b""
+frame = (rc & 0xFF).to_bytes(1, "big")
+for part in (out[:1 << 20], err[:1 << 20]):
+    frame += len(part).to_bytes(4, "big") + part
+os.write(1, frame)
+"""
+CHANNEL_INIT_SCRIPT = f"""#!/bin/busybox sh
+B=/bin/busybox
+$B mount -t proc proc /proc
+$B mount -t devtmpfs dev /dev
+$B mount -t sysfs sys /sys
+for m in {" ".join(name for name, _ in CHANNEL_MODULES)}; do $B insmod /lib/$m.ko; done
+echo {MARKER} uptime {_UPTIME}
+i=0; while [ ! -b /dev/vda ] && [ $i -lt 200 ]; do $B sleep 0.05; i=$((i+1)); done
+port=
+for p in /sys/class/virtio-ports/*; do
+  [ "$($B cat $p/name 2>/dev/null)" = {PORT_NAME} ] && port=/dev/$($B basename $p)
+done
+$B mkdir -p /newroot
+$B mount -t ext4 -o ro /dev/vda /newroot
+$B mount -t proc proc /newroot/proc
+$B mount -t devtmpfs dev /newroot/dev
+$B mount -t tmpfs -o size=16m,mode=1777 tmpfs /newroot/tmp
+echo {BOX_START} port=$port uptime {_UPTIME}
+$B chroot /newroot /usr/bin/python3 -I -S -c '{CHANNEL_RUNNER}' 0<>$port 1>&0
+echo {BOX_END} rc=$? uptime {_UPTIME}
+$B poweroff -f
+"""
+
+
+def initramfs(
+    busybox: bytes, modules: Sequence[tuple[str, bytes]] = (), init: str | None = None
+) -> bytes:
+    """With `modules` (name, .ko bytes) the box init; without, the marker-only one;
+    `init` names another script (the channel box's)."""
+    init = init or (BOX_INIT_SCRIPT if modules else INIT_SCRIPT)
     entries = [(d, _DIRECTORY, b"") for d in ("bin", "dev", "lib", "proc", "sys")]
     entries += [("bin/busybox", _EXECUTABLE, busybox), ("init", _EXECUTABLE, init.encode())]
     entries += [(f"lib/{name}.ko", _REGULAR, data) for name, data in modules]
@@ -76,9 +137,11 @@ def modules_dir(kernel: str) -> str:
     return os.path.join(root, "lib", "modules", version)
 
 
-def read_modules(directory: str) -> list[tuple[str, bytes]]:
+def read_modules(
+    directory: str, wanted: Sequence[tuple[str, str]] = VIRTIO_MODULES
+) -> list[tuple[str, bytes]]:
     found = []
-    for name, relative in VIRTIO_MODULES:
+    for name, relative in wanted:
         with open(os.path.join(directory, relative), "rb") as module:
             found.append((name, module.read()))
     return found
