@@ -46,7 +46,7 @@ from bench._initramfs import (
     modules_dir,
     read_modules,
 )
-from bench.microvm_probe import KERNEL_ARGS, Variant, newest_boot, qemu_argv
+from bench.microvm_probe import KERNEL_ARGS, Variant, newest_boot, qemu_argv, time_baseline
 
 CODE = "print(6*7)"
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -191,6 +191,7 @@ def make_rootfs(image: str, target: str) -> None:
                 archive.extractall(files, filter="tar")
             subprocess.run(
                 ["mkfs.ext4", "-q", "-F", "-L", "pybox", "-d", files, target, f"{ROOTFS_MIB}M"],
+                stdout=sys.stderr,  # stdout is the report's
                 check=True,
             )
     finally:
@@ -274,28 +275,6 @@ def run_once(argv: list[str], port_socket: str, cgroup: VMMCgroup, timeout_s: fl
         pids_peak=pids,
         console_tail=" | ".join(tail[-3:])[-300:],
     )
-
-
-def time_baseline(rounds: int) -> dict[str, list[float]]:
-    """A fresh runc and gVisor box per run (`Session.run`), as bench/runtimes."""
-    from bench.runtimes import _session  # noqa: PLC0415
-    from pybox._core.errors import PyboxError  # noqa: PLC0415
-    from pybox._core.request import RunRequest  # noqa: PLC0415
-
-    times: dict[str, list[float]] = {}
-    for lane in ("runc", "gvisor"):
-        session = _session(lane, pool=False)
-        try:
-            session.run(RunRequest(code=CODE.encode()))  # the session's first sweep and checks
-        except PyboxError as exc:
-            print(f"baseline: no {lane} lane here: {exc}", file=sys.stderr)
-            continue
-        times[f"{lane} fresh box"] = []
-        for _ in range(rounds):
-            begun = time.monotonic()
-            session.run(RunRequest(code=CODE.encode()))
-            times[f"{lane} fresh box"].append(time.monotonic() - begun)
-    return times
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
