@@ -23,7 +23,9 @@ run must print the program's line; warm hits are counted from each receipt's
 imports' seconds, the resident memory they added, the objects ``gc.freeze()``
 moved to the permanent generation after them and its seconds), and each run's
 ``run_duration_s`` (code sent to the exit report: the program's own time,
-its interpreter's exit included) gives a "program p50" per path. The ``data`` image must be
+its interpreter's exit included) gives a "program p50" per path, and the
+receipt's ``removed_s`` less its ``program_ended_s`` (the exit report to the
+engine's confirmed removal) a "teardown p50". The ``data`` image must be
 recorded with modules to preload (``pybox image build data``).
 
 Run from the repository root: ``python bench/preload.py [--rounds N] [--json]``.
@@ -98,6 +100,9 @@ def main() -> int:
     sources: dict[str, list[str]] = {path: [] for path in PATHS}
     # The program's own time by pybox's clock: code sent to its exit report.
     programs: dict[str, list[float]] = {path: [] for path in PATHS}
+    # The box's end by pybox's clock: the exit report to the engine's confirmed
+    # removal (the engine's exit handling, the final inspect, remove, confirm).
+    teardowns: dict[str, list[float]] = {path: [] for path in PATHS}
     preloads: list[dict[str, Any]] = []
 
     calls: dict[str, Callable[[], dict[str, Any]]] = {
@@ -120,9 +125,13 @@ def main() -> int:
                 walls[path].append(wall)
                 source = (receipt.get("observed_by_pybox") or {}).get("box_source")
                 sources[path].append(str(source))
-                program_s = (receipt.get("observed_by_pybox") or {}).get("run_duration_s")
+                observed = receipt.get("observed_by_pybox") or {}
+                program_s = observed.get("run_duration_s")
                 if isinstance(program_s, int | float):
                     programs[path].append(float(program_s))
+                ended_s, removed_s = observed.get("program_ended_s"), observed.get("removed_s")
+                if isinstance(ended_s, int | float) and isinstance(removed_s, int | float):
+                    teardowns[path].append(float(removed_s) - float(ended_s))
                 report = (receipt.get("reported_by_program") or {}).get("preload")
                 if path.endswith("_warm") and source == "warm_pool" and report:
                     preloads.append(report)
@@ -140,6 +149,7 @@ def main() -> int:
             "max_ms": round(max(values) * 1000, 1),
             "warm_hits": sum(s == "warm_pool" for s in sources[path]),
             "program_p50_ms": _ms(_p50(programs[path])),
+            "teardown_p50_ms": _ms(_p50(teardowns[path])),
         }
         for path, values in walls.items()
     }
@@ -172,13 +182,13 @@ def main() -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print("| path | n | p50 | p95 | min | max | warm hits | program p50 |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        print("| path | n | p50 | p95 | min | max | warm hits | program p50 | teardown p50 |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for path, row in stats.items():
             print(
                 f"| {path} | {row['n']} | {row['p50_ms']} ms | {row['p95_ms']} ms | "
                 f"{row['min_ms']} ms | {row['max_ms']} ms | {row['warm_hits']} of {row['n']} | "
-                f"{row['program_p50_ms']} ms |"
+                f"{row['program_p50_ms']} ms | {row['teardown_p50_ms']} ms |"
             )
         for key, value in ratios.items():
             print(f"{key}: {value:.3f}x ({report['targets'][key]} at {TARGET_RATIO}x)")
