@@ -23,7 +23,7 @@ from typing import Any
 
 from pybox._adapters.cgroups import Sampler
 from pybox._boxes.cleanup import remove_and_confirm
-from pybox._boxes.outcome import finish
+from pybox._boxes.outcome import close_observers, finish
 from pybox._boxes.program import ProgramRun
 from pybox._boxes.record import RunOutcome, iso_now
 from pybox._boxes.spec import (
@@ -235,7 +235,7 @@ class Box:
                 program.sandbox_error = f"The engine failed during the run: {exc}"
                 self.broken = self.broken or "the engine failed"
         finally:
-            program.close_observers()
+            close_observers(program)
             if self.broken is None and self.let_go is None:
                 self._look(program.unknown)
             if self.broken is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pybox._boxes.box import Box
 from pybox._boxes.egress import EgressRequest, open_for_run
-from pybox._boxes.outcome import finish
+from pybox._boxes.outcome import close_observers, finish
 from pybox._boxes.program import ProgramRun
 from pybox._boxes.record import RunOutcome
 from pybox._boxes.spec import EXPIRY_MARGIN_S, BoxContext
@@ -79,7 +79,7 @@ def run_once(
             program.sandbox_error = f"The engine failed during the run: {exc}"
     finally:
         # Every path, including Ctrl-C and engine errors, ends here.
-        program.close_observers()
+        close_observers(program)
         box.remove(exit_reported=program.exit_info is not None, unknown=program.unknown)
         if net is not None:  # after the box: its connections are closed and logged
             seen = net.observed_then_close(program.unknown)

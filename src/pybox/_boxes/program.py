@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pybox._adapters.cgroups import empty_observation
 from pybox._boxes.outputs import FilesReceiver
-from pybox._boxes.record import RunRecord, iso_now
+from pybox._boxes.record import iso_now
 from pybox._boxes.relay import EventRelay
 from pybox._core import wire
 from pybox._core.boxquote import BoxQuote, quoting
@@ -24,7 +24,7 @@ from pybox._core.capture import HeadTailCapture
 from pybox._core.errors import EngineError, SandboxError
 from pybox._core.events import EventSink, FileReturned, RunStarted
 from pybox._core.limits import MIB, Limits
-from pybox._core.receipt import EngineFacts, KernelObserved, Unknown, rebase_kernel
+from pybox._core.receipt import KernelObserved, Unknown
 from pybox._core.request import RunRequest
 from pybox._engine import AttachStream
 
@@ -406,82 +406,3 @@ class ProgramRun:
 
     def _diagnostics_text(self) -> str:
         return self.diagnostics.decode("utf-8", "replace").strip()[-2000:]
-
-    # -- after the program ------------------------------------------------------------
-
-    def close_observers(self) -> None:
-        """Fold in the kernel samples and close any half-received file."""
-        box = self.box
-        if box.sampler is not None:
-            self.kernel, unknown = box.sampler.observation()
-            if self.kernel_baseline is not None:
-                self.kernel = rebase_kernel(self.kernel, self.kernel_baseline)
-            self.unknown.extend(unknown)
-        elif box.started:
-            self.unknown.append(
-                Unknown(
-                    "kernel counters",
-                    "the box's cgroup was not found (engine cgroup layout not recognised)",
-                )
-            )
-        if self.files is not None and not self.files.close():
-            self.unknown.append(Unknown("returned files", "the last file arrived incomplete"))
-
-    def record(self) -> RunRecord:
-        box = self.box
-        engine = box.context.engine
-        marks = dict(self.marks)
-        if self.first_in_fresh_box:
-            marks.update(
-                (k, box.marks[k]) for k in ("created", "verified", "started") if k in box.marks
-            )
-        if "removed" in box.marks:
-            marks["removed"] = box.marks["removed"]
-        files = self.files
-        return RunRecord(
-            run_id=self.run_id,
-            started_at=self.started_at,
-            pybox_version=box.context.pybox_version,
-            engine=EngineFacts(
-                endpoint=engine.endpoint.url,
-                api_version=engine.api_version,
-                server_version=engine.server_version,
-                name=engine.name,
-            ),
-            spec=box.spec,
-            image=box.image,
-            limits=self.limits,
-            request=self.request,
-            collect_outputs=files is not None,
-            box_source=self.source,
-            box_created_at=box.created_at,
-            box_waited_s=self.waited_s,
-            create_sent=box.create_sent,
-            container_id=box.container_id,
-            posture=box.posture,
-            box_started=box.started,
-            box_kept=self.many and box.removal is None,
-            protocol=box.protocol,
-            final_inspect=box.final_inspect,
-            removal_confirmed=box.removal is not None and box.removal.confirmed,
-            removal_error=None if box.removal is None else box.removal.error,
-            marks={name: at - self.t0 for name, at in marks.items()},
-            exit_info=self.exit_info,
-            files_report=self.files_report,
-            files_lost=self.files_lost,
-            files_lost_quote=self.files_lost_quote,
-            sandbox_error=self.sandbox_error,
-            sandbox_error_quote=self.sandbox_error_quote,
-            deadline_kill=self.deadline_kill,
-            cancelled=self.cancelled,
-            kernel=self.kernel,
-            unknown=tuple(self.unknown),
-            stdout=self.stdout.report(),
-            stderr=self.stderr.report(),
-            returned_files=files.digests() if files is not None else (),
-            skipped_files=tuple(files.skipped) if files is not None else (),
-            skipped_more=files.skipped_more if files is not None else 0,
-            leftovers_swept=self.leftovers_swept,
-            pool_service=box.context.pool_service,
-            preload_report=self.preload_report,
-        )
