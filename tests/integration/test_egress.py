@@ -21,10 +21,9 @@ from typing import Any
 
 import pytest
 
-import pybox._boxes.egress as egress_boxes
 from pybox._adapters.state import StateStore
 from pybox._core.egress import LABEL_EGRESS, LABEL_EGRESS_FOR, EgressSettings
-from pybox._core.egress_posture import INHIBIT_IPV4
+from pybox._core.egress_posture import INHIBIT_IPV4, network_problems
 from pybox._core.errors import EgressRefused, PostureMismatch
 from pybox._core.limits import MIB, LimitRequest, Policy
 from pybox._core.request import InputFile, RunRequest
@@ -252,15 +251,14 @@ class OwnGateway:
         self.port = _free_port()
         self.listener: Listener | None = None
         self.subnet = ""
-        problems = egress_boxes.network_problems
 
         def start(inspected: dict[str, Any], mode: str, labels: dict[str, str]) -> list[str]:
             config = ((inspected.get("IPAM") or {}).get("Config") or [{}])[0]
             self.subnet = str(config.get("Subnet") or "")
             self.listener = Listener(str(config.get("Gateway") or ""), self.port, freebind=True)
-            return problems(inspected, mode, labels)
+            return network_problems(inspected, mode, labels)
 
-        monkeypatch.setattr(egress_boxes, "network_problems", start)
+        monkeypatch.setattr("pybox._boxes.egress.network_problems", start)
 
     def close(self) -> None:
         if self.listener is not None:
