@@ -17,15 +17,18 @@ import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pybox._adapters.state import StateStore
 from pybox._core.egress import LABEL_EGRESS, LABEL_EGRESS_FOR, EgressSettings
+from pybox._core.egress_posture import INHIBIT_IPV4, network_problems
 from pybox._core.errors import EgressRefused, PostureMismatch
 from pybox._core.limits import MIB, LimitRequest, Policy
 from pybox._core.request import InputFile, RunRequest
 from pybox._engine import Engine, NetworkEngine
+from pybox._engine.specgen import PodmanUnsupported
 from pybox._orchestration.session import Session
 
 pip_index = pytest.importorskip("pip._internal.models.index")
@@ -62,12 +65,17 @@ def egress_session(engine: Engine, state_dir: Path) -> Session:
 
 
 class Listener:
-    """A TCP listener on this machine's docker bridge gateway: nothing may reach it."""
+    """A TCP listener on this machine (the packages tests: the docker bridge gateway,
+    which nothing may reach)."""
 
-    def __init__(self, address: str) -> None:
-        self.sock = socket.create_server((address, 0))
+    def __init__(self, address: str, port: int = 0, freebind: bool = False) -> None:
+        self.sock = socket.socket()
+        if freebind:
+            self.sock.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_FREEBIND", 15), 1)
+        self.sock.bind((address, port))
+        self.sock.listen()
         self.address, self.port = address, self.sock.getsockname()[1]
-        self.accepted: list[object] = []
+        self.accepted: list[tuple[str, int]] = []
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -161,16 +169,39 @@ def check_contained(report: dict[str, object], listener: Listener) -> None:
     assert not str(report["lookup"]).startswith("[("), report["lookup"]
 
 
+def refused_on_podman(engine_name: str, session: Session, engine: Engine, make: Any) -> bool:
+    """On Podman a `packages` box is refused before anything is made
+    (docs/engines.md, "Egress on Podman"): that refusal is what runs there."""
+    if engine_name != "podman":
+        return False
+    assert isinstance(engine, NetworkEngine)
+    with pytest.raises(PodmanUnsupported, match=INHIBIT_IPV4):
+        make()
+    owned = [n for n in engine.list_networks({LABEL_EGRESS: None}) if _owned(n, session)]
+    assert owned == []
+    assert [c for c in engine.list_containers({LABEL_EGRESS: None}) if _owned(c, session)] == []
+    return True
+
+
+def _owned(item: dict[str, Any], session: Session) -> bool:
+    return bool((item.get("Labels") or {}).get("io.pybox.owner") == session.owner)
+
+
 def test_packages_run_reaches_the_registries_and_nothing_else(
-    egress_session: Session, engine: Engine, listener: Listener
+    egress_session: Session, engine: Engine, engine_name: str, request: pytest.FixtureRequest
 ) -> None:
-    request = RunRequest(
+    limits = LimitRequest(timeout_s=150, memory_bytes=512 * MIB)
+    refused = RunRequest(code=b"", egress="packages", limits=limits)
+    if refused_on_podman(engine_name, egress_session, engine, lambda: egress_session.run(refused)):
+        return
+    listener: Listener = request.getfixturevalue("listener")
+    run = RunRequest(
         code=probe(listener),
         inputs=(InputFile(WHEELS[-1].name, WHEELS[-1].read_bytes()),),
         egress="packages",
-        limits=LimitRequest(timeout_s=150, memory_bytes=512 * MIB),
+        limits=limits,
     )
-    outcome = egress_session.run(request)
+    outcome = egress_session.run(run)
     receipt = outcome.receipt.to_dict()
     assert receipt["status"] == "succeeded", outcome.stderr[-2000:]
     check_contained(json.loads(outcome.stdout), listener)
@@ -185,10 +216,14 @@ def test_packages_run_reaches_the_registries_and_nothing_else(
 
 
 def test_packages_sandbox_keeps_its_network_and_each_receipt_its_hosts(
-    egress_session: Session, engine: Engine, listener: Listener
+    egress_session: Session, engine: Engine, engine_name: str, request: pytest.FixtureRequest
 ) -> None:
     sandboxes = egress_session.sandboxes()
     limits = LimitRequest(timeout_s=150, memory_bytes=512 * MIB)
+    create = lambda: sandboxes.create(egress="packages", limits=limits)  # noqa: E731
+    if refused_on_podman(engine_name, egress_session, engine, create):
+        return
+    listener: Listener = request.getfixturevalue("listener")
     info = sandboxes.create(egress="packages", limits=limits)
     try:
         sandboxes.write_file(info.sandbox_id, "probe.py", probe(listener))
@@ -207,16 +242,69 @@ def test_packages_sandbox_keeps_its_network_and_each_receipt_its_hosts(
     assert leftovers(engine, info.sandbox_id) == []
 
 
+class OwnGateway:
+    """A listener on the `open` box's own network's gateway (the host's address on
+    that bridge, made by pybox), started once the network exists and before the box:
+    bound with IP_FREEBIND, since Podman makes the bridge only when the box starts."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.port = _free_port()
+        self.listener: Listener | None = None
+        self.subnet = ""
+
+        def start(inspected: dict[str, Any], mode: str, labels: dict[str, str]) -> list[str]:
+            config = ((inspected.get("IPAM") or {}).get("Config") or [{}])[0]
+            self.subnet = str(config.get("Subnet") or "")
+            self.listener = Listener(str(config.get("Gateway") or ""), self.port, freebind=True)
+            return network_problems(inspected, mode, labels)
+
+        monkeypatch.setattr("pybox._boxes.egress.network_problems", start)
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.sock.close()
+
+
+def _free_port() -> int:
+    """A port nothing on this machine listens on (a wildcard listener would hold it)."""
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        return int(sock.getsockname()[1])
+
+
+OPEN_PROBE = """
+import json, socket
+gateway = None
+for line in open("/proc/net/route").read().splitlines()[1:]:
+    fields = line.split()
+    if fields[1] == "00000000":
+        gateway = socket.inet_ntoa(int(fields[2], 16).to_bytes(4, "little"))
+with socket.create_connection((gateway, PORT), 5) as s:
+    print(json.dumps({"gateway": gateway, "from": s.getsockname()[0]}))
+"""
+
+
 def test_open_is_general_egress_and_says_so_first(
-    egress_session: Session, listener: Listener
+    egress_session: Session, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    code = f"import socket; socket.create_connection(({listener.address!r}, {listener.port}), 5)"
-    outcome = egress_session.run(RunRequest(code=code.encode(), egress="open"))
-    assert outcome.receipt.status.value == "succeeded", outcome.stderr
+    """The box's default route is its network's gateway, and it reaches the host's
+    listener there; the same proof on Docker and Podman."""
+    own = OwnGateway(monkeypatch)
+    try:
+        code = f"PORT = {own.port}\n{OPEN_PROBE}"
+        outcome = egress_session.run(RunRequest(code=code.encode(), egress="open"))
+    finally:
+        own.close()
+    assert outcome.receipt.status.value == "succeeded", (outcome.stderr, outcome.receipt)
     assert outcome.receipt.summary_lines()[0].startswith(
         "pybox: [network open: general egress] succeeded"
     )
-    assert len(listener.accepted) == 1
+    assert own.listener is not None
+    seen = json.loads(outcome.stdout)
+    assert seen["gateway"] == own.listener.address
+    assert ipaddress.ip_address(seen["from"]) in ipaddress.ip_network(own.subnet)
+    assert [peer[0] for peer in own.listener.accepted] == [seen["from"]]
+    assert outcome.receipt.to_dict()["observed_by_engine"]["posture_verified"] is True
+    assert leftovers(engine, outcome.receipt.run_id) == []
 
 
 def test_a_mode_the_operator_does_not_allow_is_refused(session: Session) -> None:

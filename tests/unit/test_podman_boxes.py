@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from pybox._core import wire
-from pybox._core.egress import OPEN, PACKAGES
-from pybox._core.egress_posture import INHIBIT_IPV4, network_body
+from pybox._core.egress import OPEN, PACKAGES, EgressPlan
+from pybox._core.egress_posture import INHIBIT_IPV4, network_body, network_problems
 from pybox._core.errors import EngineError
 from pybox._core.posture import create_body, readback_requirements, requirements, verify
 from pybox._core.posture_podman import MAPPINGS, READ_BACK_AS, read_back_fields, tmpfs_view
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
 from pybox._engine.endpoint import EngineEndpoint
-from pybox._engine.podman import PodmanEngine, docker_state
+from pybox._engine.podman import ENABLE_ICC, PodmanEngine, docker_state
 from pybox._engine.specgen import PodmanUnsupported, needs_keeper, specgen
 from pybox._orchestration.session import Session
 from tests.unit.fake_engine import FakeEngine, Script
@@ -225,3 +225,114 @@ def test_a_packages_network_is_refused_on_podman_before_any_call() -> None:
     # An `open` network asks for no host-less bridge: it goes to the engine.
     engine.create_network("pybox-egress-y", network_body(OPEN, {"io.pybox.managed": "1"}))
     assert engine.calls == ["POST /networks/create"]
+
+
+OWN = "pybox-egress-x"
+OPEN_SPEC = dataclasses.replace(SPEC, egress=EgressPlan(OPEN, OWN))
+
+
+def _open_answer() -> dict[str, Any]:
+    """The recorded answer, with an `open` box's network as Podman 4.3.1 answered it
+    (measured: `NetworkMode: bridge` in both answers, the network only under
+    `NetworkSettings.Networks`, no `NetworkDisabled`, the image's hosts and resolv.conf)."""
+    document = recorded()
+    document["Config"].pop("NetworkDisabled", None)
+    document["HostConfig"]["NetworkMode"] = "bridge"
+    document["Libpod"]["HostConfig"]["NetworkMode"] = "bridge"
+    endpoint = {"NetworkID": OWN, "Aliases": ["de9a58af72a1"], "IPAddress": ""}
+    document["NetworkSettings"]["Networks"] = {OWN: endpoint}
+    document["Libpod"]["NetworkSettings"]["Networks"] = {OWN: endpoint}
+    return document
+
+
+def test_an_open_box_joins_its_own_network_and_reads_back_as_podman_answers() -> None:
+    spec = _specgen(create_body(OPEN_SPEC))
+    assert (spec["netns"], spec["Networks"]) == ({"nsmode": "bridge"}, {OWN: {}})
+    assert spec["use_image_hosts"] and spec["use_image_resolve_conf"]
+    report = verify(OPEN_SPEC, _open_answer())
+    assert report.ok, [m.describe() for m in report.mismatches]
+    docker = verify(dataclasses.replace(OPEN_SPEC, engine="docker"), _open_answer())
+    assert "HostConfig.NetworkMode" in {m.field for m in docker.mismatches}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("HostConfig", "NetworkMode"), "host", "HostConfig.NetworkMode"),
+        (("Libpod", "HostConfig", "NetworkMode"), "host", "Libpod.HostConfig.NetworkMode"),
+        (("Libpod", "HostConfig", "NetworkMode"), "none", "Libpod.HostConfig.NetworkMode"),
+        (("NetworkSettings", "Networks"), {OWN: {}, "podman": {}}, "NetworkSettings.Networks"),
+        (
+            ("Libpod", "NetworkSettings", "Networks"),
+            {"podman": {}},
+            "Libpod.NetworkSettings.Networks",
+        ),
+    ],
+)
+def test_an_open_box_on_another_network_is_refused(
+    path: tuple[str, ...], value: Any, field: str
+) -> None:
+    document = _open_answer()
+    *parents, last = path
+    target = document
+    for key in parents:
+        target = target[key]
+    target[last] = value
+    assert field in [m.field for m in verify(OPEN_SPEC, document).mismatches]
+
+
+@pytest.mark.parametrize("mode", ["host", "container:abc", "ns:/proc/1/ns/net", "slirp4netns"])
+def test_a_network_mode_naming_another_namespace_is_refused(mode: str) -> None:
+    body = create_body(OPEN_SPEC)
+    body["HostConfig"]["NetworkMode"] = mode
+    with pytest.raises(PodmanUnsupported) as caught:
+        _specgen(body)
+    assert caught.value.field == "HostConfig.NetworkMode"
+
+
+def test_an_open_network_goes_without_the_bridge_options_podman_ignores() -> None:
+    engine = _PodmanBodies()
+    engine.create_network(OWN, network_body(OPEN, {"io.pybox.managed": "1"}))
+    assert engine.bodies[0]["Options"] == {}  # enable_icc=true: Podman's bridge always is
+    for options, field in [
+        ({ENABLE_ICC: "false"}, f"Options[{ENABLE_ICC}]"),
+        ({"com.docker.network.bridge.name": "br0"}, "Options[com.docker.network.bridge.name]"),
+    ]:
+        with pytest.raises(PodmanUnsupported) as caught:
+            engine.create_network(OWN, {**network_body(OPEN, {}), "Options": options})
+        assert caught.value.field == field
+    assert len(engine.bodies) == 1
+
+
+def test_podmans_open_network_answer_passes_the_network_read_back() -> None:
+    labels = {"io.pybox.egress": "open", "io.pybox.egress-for": "x"}
+    # Measured on Podman 4.3.1 (compatible inspect of an `open` network; its own
+    # answer adds dns_enabled: true, network_interface podman1, made at box start).
+    answer = {
+        "Name": OWN,
+        "Driver": "bridge",
+        "Internal": False,
+        "EnableIPv6": False,
+        "Attachable": False,
+        "IPAM": {
+            "Driver": "default",
+            "Config": [{"Subnet": "10.89.0.0/24", "Gateway": "10.89.0.1"}],
+        },
+        "Options": {},
+        "Labels": dict(labels),
+        "Scope": "local",
+    }
+    assert network_problems(answer, OPEN, labels) == []
+    assert network_problems({**answer, "Internal": True}, OPEN, labels) == [
+        "Internal is True, not False"
+    ]
+
+
+class _PodmanBodies(_Podman):
+    def __init__(self) -> None:
+        super().__init__("runc")
+        self.bodies: list[dict[str, Any]] = []
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        self.bodies.append(kwargs["body"])
+        return {"Id": "n" * 64}

@@ -58,7 +58,9 @@ def test_every_mapping_is_needed() -> None:
     document = recorded()
     docker_spec = dataclasses.replace(SPEC, engine="docker")
     failing = {m.field for m in verify(docker_spec, document).mismatches}
-    assert failing == set(MAPPINGS)
+    # NetworkMode is mapped only for a box on a network of its own (egress), pinned
+    # on Podman's answer for one in test_podman_boxes.
+    assert failing == set(MAPPINGS) - {"HostConfig.NetworkMode"}
 
 
 def test_unmapped_fields_read_back_as_on_docker() -> None:

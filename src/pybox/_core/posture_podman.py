@@ -175,6 +175,35 @@ def _runtime(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
 
 
 _NOT_REPORTED = "Podman's answers do not carry this field"
+# Measured on Podman 4.3.1: a box on a network of its own (egress `packages` or
+# `open`) reads back with NetworkMode 'bridge' in both answers, the network
+# named only under NetworkSettings.Networks.
+_OWN_NETWORK = "a box on a network of its own reads as 'bridge', the network named"
+
+
+def _network_keys(value: Any) -> Any:
+    return sorted(value) if isinstance(value, Mapping) else value
+
+
+def _network_disabled(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+    if docker.expected is True:
+        why = f"{docker.why}; Podman: {_NOT_REPORTED} (null); its own answer's network mode is none"
+        return (Requirement(_libpod("HostConfig", "NetworkMode"), "none", why),)
+    why = f"{docker.why}; Podman: {_NOT_REPORTED} (null); {_OWN_NETWORK} in its own answer"
+    return (Requirement(_libpod("HostConfig", "NetworkMode"), "bridge", why),)
+
+
+def _network_mode(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+    if docker.expected in ("none", "bridge"):
+        return (docker,)
+    why = f"{docker.why}; Podman: {_OWN_NETWORK} under NetworkSettings.Networks"
+    return (
+        Requirement(("HostConfig", "NetworkMode"), "bridge", why),
+        Requirement(
+            _libpod("NetworkSettings", "Networks"), [docker.expected], why, view=_network_keys
+        ),
+    )
+
 
 MAPPINGS: dict[str, Mapping_] = {
     "Config.StdinOnce": _replace(
@@ -195,11 +224,8 @@ MAPPINGS: dict[str, Mapping_] = {
     "Config.AttachStderr": _replace(
         ("Config", "AttachStderr"), False, f"{_NOT_REPORTED} (reported false)", Check.EMPTY
     ),
-    "Config.NetworkDisabled": _replace(
-        _libpod("HostConfig", "NetworkMode"),
-        "none",
-        f"{_NOT_REPORTED} (null); its own answer's network mode is none",
-    ),
+    "Config.NetworkDisabled": _network_disabled,
+    "HostConfig.NetworkMode": _network_mode,
     "HostConfig.Tmpfs": _tmpfs,
     "HostConfig.CapDrop": _cap_drop,
     "HostConfig.SecurityOpt": _security_opt,

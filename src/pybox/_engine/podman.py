@@ -52,6 +52,9 @@ NO_HOSTLESS_NETWORK = (
     "egress 'packages' needs Docker"
 )
 
+ENABLE_ICC = "com.docker.network.bridge.enable_icc"
+NO_BRIDGE_OPTIONS = "Podman ignores Docker's bridge options"
+
 
 def docker_state(compat: JSONObject) -> JSONObject:
     """The compatible inspect answer with `State.Status` in Docker's words."""
@@ -111,10 +114,17 @@ class PodmanEngine(DockerEngine):
 
     def create_network(self, name: str, body: JSONObject) -> str:
         """Refused before any call where Podman would make the network weaker."""
-        options = body.get("Options") or {}
-        if isinstance(options, Mapping) and options.get(INHIBIT_IPV4) == "true":
+        options = dict(body.get("Options") or {})
+        if options.get(INHIBIT_IPV4) == "true":
             raise PodmanUnsupported(f"Options[{INHIBIT_IPV4}]", "true", NO_HOSTLESS_NETWORK)
-        return super().create_network(name, body)
+        # Podman drops Docker's bridge options; its bridge always lets its members
+        # talk, which is what enable_icc=true asks (an `open` box is its only member).
+        icc = options.pop(ENABLE_ICC, "true")
+        if icc != "true":
+            raise PodmanUnsupported(f"Options[{ENABLE_ICC}]", icc, NO_BRIDGE_OPTIONS)
+        for key, value in options.items():
+            raise PodmanUnsupported(f"Options[{key}]", value, NO_BRIDGE_OPTIONS)
+        return super().create_network(name, {**body, "Options": {}})
 
     def create_container(self, name: str, body: JSONObject) -> str:
         spec = specgen(name, body, write_profile)

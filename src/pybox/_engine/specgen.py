@@ -17,6 +17,7 @@ either: the box is read back before start like on Docker (see
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,6 +35,9 @@ SECCOMP_ANNOTATION = "io.podman.annotations.seccomp"
 # and it is far above the processes cap (4096 at most), which stays the one
 # that bites (the kernel checks RLIMIT_NPROC first).
 BOX_NPROC = 16384
+# A network's name as Podman accepts it; these words name other namespaces.
+NETWORK_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
+_NOT_A_NETWORK = {"host", "default", "slirp4netns", "pasta", "private", "ns", "container"}
 
 
 class PodmanUnsupported(EngineAPIError):
@@ -62,6 +66,19 @@ def _namespace(mode: str, field: str) -> dict[str, str]:
     if mode == "bridge" and field == "NetworkMode":
         return {"nsmode": "bridge"}
     raise PodmanUnsupported(f"HostConfig.{field}", mode, "pybox translates only private modes")
+
+
+def _network(mode: str) -> dict[str, Any]:
+    """The box's network namespace, and the one network it joins when it names one
+    (an egress network). Measured on Podman 4.3.1: such a box reads back with
+    `NetworkMode: bridge` and the network under `NetworkSettings.Networks`
+    (`pybox._core.posture_podman`); a mode naming another namespace (host,
+    container:, ns:, slirp4netns, pasta) is refused."""
+    if mode in ("", "private", "none", "bridge"):
+        return {"netns": _namespace(mode, "NetworkMode")}
+    if mode in _NOT_A_NETWORK or not NETWORK_NAME.fullmatch(mode):
+        raise PodmanUnsupported("HostConfig.NetworkMode", mode, "not a network of the box's own")
+    return {"netns": {"nsmode": "bridge"}, "Networks": {mode: {}}}
 
 
 def _tmpfs_mount(path: str, options: str, user: str) -> dict[str, Any]:
@@ -211,7 +228,7 @@ def specgen(
         **({"healthconfig": body["Healthcheck"]} if body.get("Healthcheck") else {}),
         "stdin": bool(body.get("OpenStdin")),
         "terminal": False,
-        "netns": _namespace(str(host.get("NetworkMode") or ""), "NetworkMode"),
+        **_network(str(host.get("NetworkMode") or "")),
         "pidns": _namespace(str(host.get("PidMode") or ""), "PidMode"),
         "ipcns": _namespace(str(host.get("IpcMode") or ""), "IpcMode"),
         "utsns": _namespace(str(host.get("UTSMode") or ""), "UTSMode"),
