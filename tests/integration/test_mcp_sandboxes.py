@@ -14,9 +14,11 @@ from pybox._engine import Engine
 from tests.integration.test_mcp import server_env
 
 
-def test_create_run_fix_run_destroy_over_stdio(state_dir: Path, engine: Engine) -> None:
+def test_create_run_fix_run_destroy_over_stdio(
+    state_dir: Path, engine: Engine, engine_name: str
+) -> None:
     server = StdioServerParameters(
-        command=sys.executable, args=["-m", "pybox", "mcp"], env=server_env(state_dir)
+        command=sys.executable, args=["-m", "pybox", "mcp"], env=server_env(state_dir, engine_name)
     )
 
     async def main() -> str:
