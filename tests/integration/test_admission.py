@@ -6,7 +6,6 @@ respects a slot this one holds."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,8 +21,9 @@ from pybox._adapters.host_facts import current_owner
 from pybox._core.admission import AdmissionSettings
 from pybox._core.errors import Busy
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
-from pybox._engine import DockerEngine, Engine, find_endpoint
+from pybox._engine import Engine, connect_engine, find_endpoint
 from pybox._orchestration.admission import Admission
+from tests.integration.conftest import engine_environ
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -46,17 +46,26 @@ def config(tmp_path: Path, running: int, waiting: int, wait_s: float) -> str:
     return str(path)
 
 
-def environ(state: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYBOX_")}
-    env["PYBOX_STATE_DIR"] = str(state)
+@pytest.fixture
+def own_environ(own_state: Path, engine_name: str) -> dict[str, str]:
+    """The environment pointed at this pass's engine and the test's own state directory
+    (no other PYBOX_ setting of this process's: the test's config says the caps)."""
+    env = {
+        k: v
+        for k, v in engine_environ(engine_name).items()
+        if not k.startswith("PYBOX_") or k == "PYBOX_ENGINE"
+    }
+    env["PYBOX_STATE_DIR"] = str(own_state)
     return env
 
 
 class BoxCounter:
     """Polls the engine every 20 ms for the boxes this process owns, in any state."""
 
-    def __init__(self, owner: str) -> None:
-        self.engine: Engine = DockerEngine.connect(find_endpoint(os.environ))
+    def __init__(self, owner: str, engine_name: str) -> None:
+        # A connection of its own (it polls from a thread), to this pass's engine.
+        env = engine_environ(engine_name)
+        self.engine: Engine = connect_engine(find_endpoint(env, engine_name), engine_name)
         self.labels: dict[str, str | None] = {LABEL_MANAGED: "1", LABEL_OWNER: owner}
         self.peak = 0
         self.samples = 0
@@ -89,8 +98,8 @@ def boxes_of(engine: Engine, pid: int) -> list[object]:
 
 
 @pytest.fixture
-def counter() -> Iterator[BoxCounter]:
-    watcher = BoxCounter(current_owner())
+def counter(engine_name: str) -> Iterator[BoxCounter]:
+    watcher = BoxCounter(current_owner(), engine_name)
     yield watcher
     watcher.stop()
     # Nothing this process made is left: warm boxes and run boxes alike.
@@ -101,12 +110,12 @@ def counter() -> Iterator[BoxCounter]:
 
 
 def test_twenty_runs_against_a_cap_of_two_never_exceed_it(
-    tmp_path: Path, own_state: Path, counter: BoxCounter
+    tmp_path: Path, own_environ: dict[str, str], counter: BoxCounter
 ) -> None:
     results: dict[int, object] = {}
     errors: list[BaseException] = []
     # The warm pool is on (the default): its waiting boxes count against the cap too.
-    with Client(environ=environ(own_state), config_path=config(tmp_path, 2, 32, 300)) as client:
+    with Client(environ=own_environ, config_path=config(tmp_path, 2, 32, 300)) as client:
 
         def one(number: int) -> None:
             try:
@@ -137,12 +146,12 @@ def test_twenty_runs_against_a_cap_of_two_never_exceed_it(
 
 
 def test_a_queue_of_three_behind_a_cap_of_one_refuses_the_excess(
-    tmp_path: Path, own_state: Path, counter: BoxCounter
+    tmp_path: Path, own_environ: dict[str, str], counter: BoxCounter
 ) -> None:
     outcomes: list[object] = []
     lock = threading.Lock()
     path = config(tmp_path, 1, 3, 300)
-    with Client(environ=environ(own_state), config_path=path, warm_pool=False) as client:
+    with Client(environ=own_environ, config_path=path, warm_pool=False) as client:
 
         def one(number: int) -> None:
             try:
@@ -172,10 +181,10 @@ def test_a_queue_of_three_behind_a_cap_of_one_refuses_the_excess(
 
 
 def test_a_cli_run_in_another_process_respects_this_processs_slot(
-    own_state: Path, counter: BoxCounter
+    own_state: Path, own_environ: dict[str, str], counter: BoxCounter
 ) -> None:
     gate = Admission(own_state, AdmissionSettings(1, 1, 30))
-    env = {**environ(own_state), "PYTHONPATH": str(SRC), "PYBOX_MAX_RUNNING_BOXES": "1"}
+    env = {**own_environ, "PYTHONPATH": str(SRC), "PYBOX_MAX_RUNNING_BOXES": "1"}
     with gate.slot(what="this test"):
         refused = subprocess.run(
             [sys.executable, "-m", "pybox", "exec", "--json", "-"],

@@ -34,17 +34,24 @@ from mcp.types import TextResourceContents
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
 from pybox._engine import Engine
 from pybox._frontends.mcp._tools import TOOLS
+from tests.integration.conftest import engine_environ
 
 INSPECTOR = os.environ.get("PYBOX_TEST_INSPECTOR", "@modelcontextprotocol/inspector@2.12.0")
 TOKEN = "integration-token-" + "x" * 24
 SLOW_PROGRAM = "import time\nprint('started', flush=True)\ntime.sleep(120)\n"
 
 
-def server_env(state_dir: Path) -> dict[str, str]:
+ENGINE_KEYS = ("DOCKER_HOST", "CONTAINER_HOST", "PYBOX_ENGINE")
+
+
+def server_env(state_dir: Path, engine_name: str) -> dict[str, str]:
+    """A `pybox mcp` server's environment: this pass's engine and its image records."""
     env = {"PYBOX_STATE_DIR": str(state_dir), "PATH": os.environ.get("PATH", "")}
-    for key in ("HOME", "DOCKER_HOST", "PYBOX_DEBUG", "PYTHONPATH"):
+    for key in ("HOME", "PYBOX_DEBUG", "PYTHONPATH"):
         if key in os.environ:
             env[key] = os.environ[key]
+    pointed = engine_environ(engine_name)
+    env.update({key: pointed[key] for key in ENGINE_KEYS if key in pointed})
     return env
 
 
@@ -147,11 +154,13 @@ async def exercise(client: Client, engine: Engine) -> None:
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28", "auto"])
-def test_sdk_client_over_stdio(mode: str, state_dir: Path, engine: Engine) -> None:
+def test_sdk_client_over_stdio(
+    mode: str, state_dir: Path, engine: Engine, engine_name: str
+) -> None:
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", "pybox", "mcp", "--max-memory", "256"],
-        env=server_env(state_dir),
+        env=server_env(state_dir, engine_name),
     )
 
     async def main() -> str:
@@ -164,8 +173,8 @@ def test_sdk_client_over_stdio(mode: str, state_dir: Path, engine: Engine) -> No
 
 
 @pytest.fixture
-def http_server(state_dir: Path) -> Iterator[str]:
-    env = {**server_env(state_dir), "PYBOX_MCP_TOKEN": TOKEN}
+def http_server(state_dir: Path, engine_name: str) -> Iterator[str]:
+    env = {**server_env(state_dir, engine_name), "PYBOX_MCP_TOKEN": TOKEN}
     process = subprocess.Popen(
         [sys.executable, "-m", "pybox", "mcp", "--http", "127.0.0.1:0", "--max-memory", "256"],
         env=env,
@@ -212,11 +221,15 @@ def test_sdk_client_over_streamable_http(http_server: str, engine: Engine, mode:
     assert anyio.run(main) == ("2025-11-25" if mode == "legacy" else "2026-07-28")
 
 
-def test_inspector_cli_lists_tools_and_runs_python(state_dir: Path) -> None:
+def test_inspector_cli_lists_tools_and_runs_python(state_dir: Path, engine_name: str) -> None:
     npx = shutil.which("npx")
     if npx is None:
         pytest.skip("npx (Node.js) is not installed: the MCP Inspector CLI comes from npm")
-    base = [npx, "-y", INSPECTOR, "--cli", "-e", f"PYBOX_STATE_DIR={state_dir}"]
+    base = [npx, "-y", INSPECTOR, "--cli"]
+    env = server_env(state_dir, engine_name)
+    for key in ("PYBOX_STATE_DIR", *ENGINE_KEYS):
+        if key in env:
+            base += ["-e", f"{key}={env[key]}"]
     base += [sys.executable, "-m", "pybox", "mcp"]
 
     def inspector(*args: str) -> Any:
@@ -239,11 +252,11 @@ def test_inspector_cli_lists_tools_and_runs_python(state_dir: Path) -> None:
 
 
 def test_end_of_input_stops_runs_removes_boxes_and_exits_cleanly(
-    state_dir: Path, engine: Engine
+    state_dir: Path, engine: Engine, engine_name: str
 ) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "pybox", "mcp"],
-        env=server_env(state_dir),
+        env=server_env(state_dir, engine_name),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -32,19 +32,19 @@ FILES = [
 ]
 
 
-def stdio_server(state_dir: Path, *flags: str) -> StdioServerParameters:
+def stdio_server(state_dir: Path, engine_name: str, *flags: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "pybox", "mcp", "--max-memory", "256", *flags],
-        env=server_env(state_dir),
+        env=server_env(state_dir, engine_name),
     )
 
 
 def test_start_run_then_get_result_reads_files_by_plain_name(
-    state_dir: Path, engine: Engine
+    state_dir: Path, engine: Engine, engine_name: str
 ) -> None:
     async def main() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        async with Client(stdio_server(state_dir), mode="2026-07-28") as client:
+        async with Client(stdio_server(state_dir, engine_name), mode="2026-07-28") as client:
             started = await client.call_tool(
                 "start_run",
                 {"code": PROGRAM, "files": FILES, "limits": {"timeout_s": 60, "cpus": 0.5}},
@@ -79,9 +79,9 @@ def test_start_run_then_get_result_reads_files_by_plain_name(
     assert done["resource_uri"] == f"pybox://runs/{started['run_id']}"
 
 
-def test_run_python_timed_out_result(state_dir: Path) -> None:
+def test_run_python_timed_out_result(state_dir: Path, engine_name: str) -> None:
     async def main() -> dict[str, Any]:
-        async with Client(stdio_server(state_dir), mode="legacy") as client:
+        async with Client(stdio_server(state_dir, engine_name), mode="legacy") as client:
             result = await client.call_tool(
                 "run_python",
                 {"code": "import time\ntime.sleep(60)", "limits": {"timeout_ms": 1500}},

@@ -20,7 +20,7 @@ from tests.integration.test_mcp import server_env
 
 
 def test_agent_tries_three_fixes_over_stdio(
-    state_dir: Path, engine: Engine, tmp_path: Path
+    state_dir: Path, engine: Engine, engine_name: str, tmp_path: Path
 ) -> None:
     roots = tmp_path / "projects"
     project = roots / "shop"
@@ -29,7 +29,7 @@ def test_agent_tries_three_fixes_over_stdio(
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", "pybox", "mcp", "--project-root", str(roots)],
-        env=server_env(state_dir),
+        env=server_env(state_dir, engine_name),
     )
 
     async def call(client: Any, tool: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from tests.integration.test_mcp import server_env
 TOKEN = "exposure-test-token-" + "z" * 24
 
 
-def start_and_read_until_listening(state_dir: Path, address: str) -> list[str]:
+def start_and_read_until_listening(state_dir: Path, engine_name: str, address: str) -> list[str]:
     """What the server printed up to the line that says where it listens."""
-    env = {**server_env(state_dir), "PYBOX_MCP_TOKEN": TOKEN}
+    env = {**server_env(state_dir, engine_name), "PYBOX_MCP_TOKEN": TOKEN}
     process = subprocess.Popen(
         [sys.executable, "-m", "pybox", "mcp", "--http", address],
         env=env,
@@ -45,8 +45,8 @@ def start_and_read_until_listening(state_dir: Path, address: str) -> list[str]:
 
 
 @pytest.mark.usefixtures("engine")
-def test_every_interface_is_warned_about_before_serving(state_dir: Path) -> None:
-    lines = start_and_read_until_listening(state_dir, "0.0.0.0:0")
+def test_every_interface_is_warned_about_before_serving(state_dir: Path, engine_name: str) -> None:
+    lines = start_and_read_until_listening(state_dir, engine_name, "0.0.0.0:0")
     warning = [line for line in lines if "serving plain HTTP on every interface" in line]
     assert warning, lines
     assert "unencrypted" in warning[0] and "SSH tunnel or a TLS proxy" in warning[0]
@@ -54,6 +54,6 @@ def test_every_interface_is_warned_about_before_serving(state_dir: Path) -> None
 
 
 @pytest.mark.usefixtures("engine")
-def test_loopback_gets_no_such_warning(state_dir: Path) -> None:
-    lines = start_and_read_until_listening(state_dir, "127.0.0.1:0")
+def test_loopback_gets_no_such_warning(state_dir: Path, engine_name: str) -> None:
+    lines = start_and_read_until_listening(state_dir, engine_name, "127.0.0.1:0")
     assert not [line for line in lines if "plain HTTP" in line], lines

@@ -55,8 +55,10 @@ def proc_status(pid: int) -> dict[str, int]:
 
 
 @pytest.fixture
-def server(state_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], tuple[str, int]]]:
-    env = {**server_env(state_dir), "PYBOX_MCP_TOKEN": TOKEN}
+def server(
+    state_dir: Path, engine_name: str
+) -> Iterator[tuple[subprocess.Popen[bytes], tuple[str, int]]]:
+    env = {**server_env(state_dir, engine_name), "PYBOX_MCP_TOKEN": TOKEN}
     process = subprocess.Popen(
         [sys.executable, "-m", "pybox", "mcp", "--http", "127.0.0.1:0"],
         env=env,

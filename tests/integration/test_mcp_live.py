@@ -94,9 +94,11 @@ async def gone(engine: Engine, receipt: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
-def test_live_output_over_stdio(mode: str, state_dir: Path, engine: Engine) -> None:
+def test_live_output_over_stdio(
+    mode: str, state_dir: Path, engine: Engine, engine_name: str
+) -> None:
     server = StdioServerParameters(
-        command=sys.executable, args=["-m", "pybox", "mcp"], env=server_env(state_dir)
+        command=sys.executable, args=["-m", "pybox", "mcp"], env=server_env(state_dir, engine_name)
     )
 
     async def main() -> None:

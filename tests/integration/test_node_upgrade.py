@@ -206,7 +206,11 @@ def test_on_node_18_the_project_installs_and_passes_as_it_is(
 
 
 def test_the_upgrade_through_the_mcp_sdk_client(
-    project: Path, state_dir: Path, engine: Engine, operator_config: tuple[Path, str]
+    project: Path,
+    state_dir: Path,
+    engine: Engine,
+    engine_name: str,
+    operator_config: tuple[Path, str],
 ) -> None:
     require(state_dir, "node20")
     anyio = pytest.importorskip("anyio")
@@ -219,7 +223,7 @@ def test_the_upgrade_through_the_mcp_sdk_client(
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", "pybox", "mcp", "--project-root", str(project.parent)],
-        env=server_env(state_dir) | {"PYBOX_CONFIG": str(operator_config[0])},
+        env=server_env(state_dir, engine_name) | {"PYBOX_CONFIG": str(operator_config[0])},
     )
 
     async def call(
