@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -904,3 +905,44 @@ def test_egress_packages_judges_the_proxys_log_and_the_programs_report(
     # Who answered is in the failure, to be read after the fact.
     (direct,) = [item for item in verdict.failures if "a direct connection" in item]
     assert "192.168.64.2" in direct and "02:42:ac:11:00:01" in direct
+
+
+def test_egress_packages_refused_by_the_engine_is_contained_when_nothing_is_listed(
+    engine: FakeEngine, state: StateStore, tmp_path: Path
+) -> None:
+    from pybox._core.errors import EngineCannotApply
+    from pybox._features.verify.egress_case import _judge_refused_by_engine
+
+    class Networks(FakeEngine):
+        listed: list[dict[str, Any]] = []
+
+        def create_network(self, name: str, body: dict[str, Any]) -> str:
+            raise AssertionError("never asked")
+
+        def inspect_network(self, network: str) -> dict[str, Any] | None:
+            return None
+
+        def remove_network(self, network: str) -> bool:
+            return False
+
+        def list_networks(self, labels: Mapping[str, str | None]) -> list[dict[str, Any]]:
+            return list(self.listed)
+
+        def connect_network(self, network: str, container_id: str) -> None:
+            raise AssertionError("never asked")
+
+        def container_stdout(self, container_id: str, since_epoch: int = 0) -> bytes:
+            return b""
+
+    refusal = EngineCannotApply("cannot apply Options[inhibit_ipv4]", status=400, engine_message="")
+    networks = Networks()
+    suite = Suite(make_session(networks, state), None, lambda container_id: False, tmp_path)
+    verdict = Verdict()
+    _judge_refused_by_engine(suite, "run-1", refusal, verdict)
+    assert verdict.failures == []
+    assert [fact.source for fact in verdict.facts] == ["pybox", "engine"]
+    assert "inhibit_ipv4" in verdict.facts[0].text
+    Networks.listed = [{"Id": "left"}]
+    verdict = Verdict()
+    _judge_refused_by_engine(suite, "run-1", refusal, verdict)
+    assert any("made despite the refusal" in item for item in verdict.failures)

@@ -112,6 +112,13 @@ class EngineAPIError(EngineError):
         self.engine_message = engine_message
 
 
+class EngineCannotApply(EngineAPIError):
+    """The engine cannot apply a field of the box, so pybox refused the box (or its
+    network) before asking for it: nothing was made. `field` names it."""
+
+    field: str = ""
+
+
 class EngineAnswerTooLarge(EngineError):
     """The engine's answer was longer than pybox allowed itself to read."""
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pybox._core.errors import EngineAPIError
+from pybox._core.errors import EngineCannotApply
 
 SECCOMP_PREFIX = "seccomp="
 UNCONFINED = "unconfined"
@@ -40,7 +40,7 @@ NETWORK_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")
 _NOT_A_NETWORK = {"host", "default", "slirp4netns", "pasta", "private", "ns", "container"}
 
 
-class PodmanUnsupported(EngineAPIError):
+class PodmanUnsupported(EngineCannotApply):
     """A field of the box Podman cannot be asked for: the box is refused before any
     call (like an engine refusing a create: no box exists)."""
 

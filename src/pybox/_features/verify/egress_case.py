@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pybox._adapters.host_facts import bridge_gateway
 from pybox._core.egress import LABEL_EGRESS_FOR, PACKAGES
-from pybox._core.errors import EgressRefused, PyboxError
+from pybox._core.errors import EgressRefused, EngineCannotApply, PyboxError
 from pybox._core.limits import LimitRequest
 from pybox._core.request import RunRequest
 from pybox._core.runtimes import GVISOR
@@ -80,7 +80,12 @@ def _run_case(suite: Suite, verdict: Verdict) -> None:
         if choice.lane == GVISOR and "--network=none" in choice.engine_runtime_args:
             _judge_refused_without_network(session, request, verdict)
             return
-        outcome = session.run(session.prepare(request))
+        prepared = session.prepare(request)
+        try:
+            outcome = session.run(prepared)
+        except EngineCannotApply as exc:
+            _judge_refused_by_engine(suite, prepared.run_id, exc, verdict)
+            return
         verdict.run_ids.append(outcome.receipt.run_id)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
             connections = _drain_listener(tcp, udp)[0]
@@ -93,6 +98,23 @@ def _run_case(suite: Suite, verdict: Verdict) -> None:
     if verdict.check(not left, f"{len(left)} egress networks or proxies left behind"):
         verdict.saw("engine", "its egress network and proxy were removed: none is listed")
     suite.gone(verdict, outcome.receipt)
+
+
+def _judge_refused_by_engine(
+    suite: Suite, run_id: str, exc: EngineCannotApply, verdict: Verdict
+) -> None:
+    """An engine that cannot make a `packages` network as pybox needs it (Podman
+    gives the host an address there) has it refused before anything is made: no
+    box exists to get out, so the case is contained if nothing of it is listed."""
+    verdict.saw("pybox", f"packages mode refused on this engine before any box: {exc}")
+    engine = suite.engine
+    if not isinstance(engine, NetworkEngine):
+        verdict.saw("pybox", "this engine makes no networks: nothing of the run to list")
+        return
+    labels = {LABEL_EGRESS_FOR: run_id}
+    left = engine.list_networks(labels) + engine.list_containers(labels)
+    if verdict.check(not left, f"{len(left)} egress networks or proxies made despite the refusal"):
+        verdict.saw("engine", "no network, proxy or box of the refused run is listed")
 
 
 def _judge_refused_without_network(session: Session, request: RunRequest, verdict: Verdict) -> None:
