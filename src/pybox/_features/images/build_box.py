@@ -1,4 +1,5 @@
-"""The build box: its spec and posture table read back before start, the inputs put
+"""The build box: its spec and posture table read back before start (on Podman
+with its answers mapped, `pybox._core.posture_podman`), the inputs put
 into it as an archive, and its steps (each an exec, timed, with the engine's view
 of its networks)."""
 
@@ -14,7 +15,11 @@ from typing import Any
 
 from pybox._adapters.piptool import PipSettings
 from pybox._adapters.rootfs import Progress
-from pybox._core.build_posture import BuildBoxSpec, build_requirements
+from pybox._core.build_posture import (
+    BuildBoxSpec,
+    build_readback_requirements,
+    build_requirements,
+)
 from pybox._core.display import plural
 from pybox._core.errors import ImageBuildError, PyboxError
 from pybox._core.limits import MIB
@@ -89,6 +94,7 @@ def build_box_spec(
     lifetime_s: int = BUILD_TIMEOUT_S,
     memory_bytes: int = BUILD_MEMORY_BYTES,
     tmp_bytes: int = BUILD_TMP_BYTES,
+    engine: str = "docker",
 ) -> BuildBoxSpec:
     """A build box's spec; an install box (pybox._features.sandboxes.install) is one
     too, with the sandbox's image and Python, a shorter life and smaller caps."""
@@ -111,24 +117,8 @@ def build_box_spec(
         cpus=cpus,
         pids=BUILD_PIDS,
         confinement=confinement,
+        engine=engine,
     )
-
-
-def refuse_build_box_on_podman(
-    engine: Engine, what: str, error: type[PyboxError] = ImageBuildError
-) -> None:
-    """A build box is not mapped to Podman yet: refused before anything is made.
-
-    It reaches the package index over a bridge network, and Podman's bridge gives
-    the box the host's gateway address with its DNS server on it (docs/engines.md,
-    "Egress on Podman"); its posture table is Docker's only."""
-    if engine.name == "podman":
-        raise error(
-            f"{what} runs a build box, which pybox does not run on Podman yet: Podman's "
-            "bridge network gives the box the host's gateway address (docs/engines.md, "
-            "'Egress on Podman'). Nothing was made; use Docker for this step "
-            "(PYBOX_ENGINE=docker)."
-        )
 
 
 def build_box_body(spec: BuildBoxSpec) -> JSONObject:
@@ -149,7 +139,7 @@ def read_back_build_box(
     inspected = engine.inspect_container(container_id)
     if inspected is None:
         raise error(f"The {box} vanished between create and inspect.")
-    report = check_requirements(build_requirements(spec), inspected)
+    report = check_requirements(build_readback_requirements(spec), inspected)
     if not report.ok:
         details = "; ".join(m.describe() for m in report.mismatches[:5])
         raise error(

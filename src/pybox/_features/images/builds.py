@@ -60,7 +60,6 @@ from pybox._features.images.build_box import (
     build_inputs_tar,
     pip_install_argv,
     read_back_build_box,
-    refuse_build_box_on_podman,
 )
 from pybox._features.images.lock_plans import (
     IMAGE_ENV,
@@ -138,7 +137,6 @@ def build_lock_image(
         f"{plural(len(plan.lock.requirements), 'locked package')} from {plan.lock_path} "
         f"on stdlib {plan.base.image_id[:19]}"
     )
-    refuse_build_box_on_podman(engine, f"Building {plan.name}")
     progress(f"pip's configuration: {pip.describe()}")
     for option, why in pip.skipped:
         progress(f"  not passed to the build box: {option} ({why})")
@@ -159,6 +157,7 @@ def build_lock_image(
         pybox_version=pybox_version,
         cpus=cpus,
         confinement=confinement or engine_confinement(info, local_host=True),
+        engine=engine.name,
     )
     container_id: str | None = None
     name = f"pybox-build-{run_id}"

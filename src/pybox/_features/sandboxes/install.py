@@ -55,7 +55,6 @@ from pybox._features.images.build_box import (
     build_inputs_tar,
     pip_install_argv,
     read_back_build_box,
-    refuse_build_box_on_podman,
 )
 from pybox._features.images.checks import verify_for_run
 from pybox._features.images.lock_plans import read_pip_lock
@@ -152,7 +151,6 @@ def install_libraries(
             f"An install needs a positive size and time limit, not {max_bytes} bytes and "
             f"{timeout_s:g} s."
         )
-    refuse_build_box_on_podman(engine, "Installing libraries", LibraryInstallError)
     progress = say or (lambda _message: None)
     started = time.monotonic()
     verify_for_run(engine, image)
@@ -173,6 +171,7 @@ def install_libraries(
         pybox_version=__version__,
         cpus=max(1, int(info.get("NCPU") or 1)),
         confinement=confinement or engine_confinement(info, local_host=True),
+        engine=engine.name,
         python=image.python_path,
         lifetime_s=int(timeout_s) + LIFETIME_SPARE_S,
         memory_bytes=tmp_bytes + WORK_MEMORY_BYTES,
