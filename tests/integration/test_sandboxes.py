@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pybox._core.errors import InvalidRequest, LibraryInstallError, SandboxNotFound
+from pybox._core.errors import InvalidRequest, SandboxNotFound
 from pybox._core.limits import MIB, LimitRequest
-from pybox._core.posture import LABEL_MANAGED
 from pybox._core.request import RunRequest
 from pybox._engine import Engine
 from pybox._engine.keeper import HELLO_PREFIX
