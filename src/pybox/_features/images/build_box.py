@@ -152,14 +152,18 @@ def read_back_build_box(
     return report
 
 
-def build_inputs_tar(files: Mapping[str, bytes]) -> bytes:
-    """A tar holding BUILD_DIR with `files`, owned by root, readable by root only."""
+def build_inputs_tar(files: Mapping[str, bytes], directories: Sequence[str] = ()) -> bytes:
+    """A tar holding BUILD_DIR with `files`, and the empty `directories`, owned by
+    root, readable by root only. The engine makes them: the box's root, with every
+    capability dropped, cannot write where the image's directory modes forbid it
+    (Podman shows the image's `/` as 0555)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        directory = tarfile.TarInfo(BUILD_DIR.lstrip("/"))
-        directory.type = tarfile.DIRTYPE
-        directory.mode = 0o700
-        archive.addfile(directory)
+        for path in (BUILD_DIR, *directories):
+            directory = tarfile.TarInfo(path.lstrip("/"))
+            directory.type = tarfile.DIRTYPE
+            directory.mode = 0o700
+            archive.addfile(directory)
         for name, data in files.items():
             info = tarfile.TarInfo(f"{BUILD_DIR.lstrip('/')}/{name}")
             info.size = len(data)

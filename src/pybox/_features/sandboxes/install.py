@@ -16,8 +16,9 @@ and confirmed gone, on every path. It carries pybox's labels (owner, expiry),
 so a sweep removes it if pybox dies first.
 
 Steps: check the request -> fetch pip's wheel -> create -> read back -> detach ->
-put pip's wheel and the CA bundle -> start -> ask the Python -> attach, pip install
---target --report, detach -> measure -> read the report and the folder -> remove.
+put pip's wheel, the CA bundle and the (empty) install folder -> start -> ask the
+Python -> attach, pip install --target --report, detach -> measure -> read the
+report and the folder -> remove.
 """
 
 from __future__ import annotations
@@ -94,10 +95,10 @@ _PIP_OPTIONS = (
     f"{INSTALL_DIR}/{REPORT_NAME}",
 )
 _SHOWN_PIP_LINES = ("Collecting", "Successfully installed", "ERROR")
-# Which Python this is, and its user site relative to HOME; makes the install folder.
+# Which Python this is, and its user site relative to HOME (the install folder
+# arrives with pip's wheel: see `_start`).
 _PYTHON_SCRIPT = (
     "import json, os, platform, site, sys\n"
-    f"os.makedirs({INSTALL_DIR!r}, mode=0o700)\n"
     "print(json.dumps({'implementation': platform.python_implementation(),"
     " 'version': platform.python_version(), 'tag': 'cp%d%d' % sys.version_info[:2],"
     " 'machine': platform.machine(),"
@@ -317,7 +318,7 @@ class _InstallRun:
                 f"The install box is still on {', '.join(box.networks())} after detaching; "
                 "nothing was installed."
             )
-        engine.put_archive(container_id, "/", build_inputs_tar(inputs))
+        engine.put_archive(container_id, "/", build_inputs_tar(inputs, (INSTALL_DIR,)))
         engine.start_container(container_id)
         return box
 
