@@ -36,7 +36,10 @@ from pybox._core.seccomp import Confinement
 from pybox._engine import Engine, JSONObject
 
 BASE_PYTHON = "/usr/bin/python3"
-BUILD_DIR = "/pybox-build"
+# Under /opt, which the box's root owns writable: the image's `/` is 0555 on
+# Podman (the layer's root directory in its storage), so without capabilities the
+# box could not remove a folder of `/` before the commit (Docker shows `/` 0755).
+BUILD_DIR = "/opt/pybox-build"
 BUILD_NETWORK = "bridge"
 BUILD_TIMEOUT_S = 3600
 BUILD_MEMORY_BYTES = 4096 * MIB

@@ -359,6 +359,9 @@ class _InstallRun:
         if self.container_id is None:
             return
         try:
+            # Killed first: Podman's forced removal of a running box sends SIGTERM,
+            # which the box's sleep ignores, and waits 10 s before SIGKILL.
+            self.engine.kill_container(self.container_id)
             confirmed = remove_and_confirm(self.engine, self.container_id)
             why = "the engine still lists it"
         except EngineError as exc:
