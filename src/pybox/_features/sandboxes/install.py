@@ -354,14 +354,22 @@ class _InstallRun:
         code, lines = self.step(box, "measure the installed files (network detached)", argv)
         return measured_size(code, lines, max_bytes)
 
+    def _kill(self) -> None:
+        """Killed before removal: Podman's forced removal of a running box sends
+        SIGTERM, which the box's sleep ignores, and waits 10 s before SIGKILL. A box
+        that never started cannot be killed (Podman: HTTP 500); removal follows."""
+        assert self.container_id is not None
+        try:
+            self.engine.kill_container(self.container_id)
+        except EngineError:
+            pass
+
     def remove(self, failure: BaseException | None) -> None:
         """Remove the box and confirm it; an unconfirmed removal is an error."""
         if self.container_id is None:
             return
         try:
-            # Killed first: Podman's forced removal of a running box sends SIGTERM,
-            # which the box's sleep ignores, and waits 10 s before SIGKILL.
-            self.engine.kill_container(self.container_id)
+            self._kill()
             confirmed = remove_and_confirm(self.engine, self.container_id)
             why = "the engine still lists it"
         except EngineError as exc:
