@@ -218,3 +218,14 @@ def test_podman_s_bare_commit_id_reads_as_docker_s_form() -> None:
     for wrong in ("", "79b4", "Z" * 64, None):
         with pytest.raises(EngineError, match="no image ID"):
             _CommittingPodman({"Id": wrong}).commit("c", "r", "t", {})
+
+
+def test_a_lock_build_is_refused_on_podman_before_any_call() -> None:
+    """Podman 4.3's commit ignores the image configuration (measured): refused."""
+    from pybox._features.images.builds import refuse_lock_build_on_podman
+
+    engine = _PodmanFake()
+    with pytest.raises(ImageBuildError, match="commit ignores the image configuration"):
+        refuse_lock_build_on_podman(engine, "tools")
+    assert engine.calls == []
+    refuse_lock_build_on_podman(FakeEngine(), "tools")  # Docker: builds
