@@ -56,18 +56,11 @@ def test_create_run_fix_run_destroy_over_stdio(
                         "libraries": ["six"],
                     },
                 )
-                if engine_name == "podman":
-                    # Installing runs a build box, which is refused on Podman before
-                    # anything is made (docs/engines.md, "What does not pass on Podman yet").
-                    assert with_six.is_error is True, with_six
-                    said = " ".join(getattr(part, "text", "") for part in with_six.content)
-                    assert "does not run on Podman yet" in said, said
-                else:
-                    assert with_six.is_error is False, with_six
-                    assert with_six.structured_content is not None
-                    assert with_six.structured_content["stdout"] == "six\n"
-                    installed = with_six.structured_content["receipt"]["configured"]["libraries"]
-                    assert [p["name"] for p in installed] == ["six"]
+                assert with_six.is_error is False, with_six
+                assert with_six.structured_content is not None
+                assert with_six.structured_content["stdout"] == "six\n"
+                installed = with_six.structured_content["receipt"]["configured"]["libraries"]
+                assert [p["name"] for p in installed] == ["six"]
                 receipt = await client.read_resource(fixed.structured_content["resource_uri"])
                 assert fixed.structured_content["run_id"] in str(receipt.contents[0])
                 escaped = await client.call_tool(

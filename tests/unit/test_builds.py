@@ -101,7 +101,7 @@ def test_a_failed_install_names_the_package_and_removes_the_box(
     engine: FakeEngine, state: StateStore, lock: Path
 ) -> None:
     pip_says = (
-        "Collecting six==1.17.0 (from -r /pybox-build/requirements.txt (line 1))\n"
+        "Collecting six==1.17.0 (from -r /opt/pybox-build/requirements.txt (line 1))\n"
         "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.\n"
         "    six==1.17.0 from https://files.invalid/six-1.17.0-py2.py3-none-any.whl:\n"
         f"        Expected sha256 {HASH}\n"

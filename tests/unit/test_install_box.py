@@ -118,7 +118,7 @@ def test_the_network_is_attached_for_pip_only(box_engine: FakeEngine) -> None:
     assert len(pip_step) == 1 and len(execs) == 3
     assert [bool(n) for n in networks] == [i in pip_step for i in range(len(execs))]
     argv = execs[pip_step[0]].split(" ")
-    assert argv[:3] == ["/usr/bin/python3", "/pybox-build/pip-1-py3.whl/pip", "install"]
+    assert argv[:3] == ["/usr/bin/python3", "/opt/pybox-build/pip-1-py3.whl/pip", "install"]
     for option in ("--only-binary=:all:", "--no-cache-dir", "--isolated", "--target", "--report"):
         assert option in argv
     assert argv[argv.index("--index-url") + 1] == "https://mirror.invalid/simple"

@@ -178,13 +178,13 @@ def test_a_lock_without_a_wheel_for_the_image_python_is_refused_before_the_netwo
 def test_explain_pip_failure_reads_pips_current_hash_mismatch_report() -> None:
     # pip 26's lines, as a real build printed them (the index host left out).
     lines = [
-        "Collecting six==1.17.0 (from -r /pybox-build/requirements.txt (line 1))",
+        "Collecting six==1.17.0 (from -r /opt/pybox-build/requirements.txt (line 1))",
         "  Downloading six-1.17.0-py2.py3-none-any.whl (11 kB)",
         "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you "
         "have updated the package versions, please update the hashes. Otherwise, examine the "
         "package contents carefully; someone may have tampered with them.",
         "    six==1.17.0 from https://files.invalid/packages/six-1.17.0-py2.py3-none-any.whl "
-        "(from -r /pybox-build/requirements.txt (line 1)):",
+        "(from -r /opt/pybox-build/requirements.txt (line 1)):",
         f"        Expected sha256 {'0' * 64}",
         f"        Expected     or {'1' * 64}",
         f"             Got        {C}",

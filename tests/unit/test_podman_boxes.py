@@ -19,7 +19,13 @@ from pybox._core.egress import OPEN, PACKAGES, EgressPlan
 from pybox._core.egress_posture import INHIBIT_IPV4, network_body, network_problems
 from pybox._core.errors import EngineError
 from pybox._core.posture import create_body, readback_requirements, requirements, verify
-from pybox._core.posture_podman import MAPPINGS, READ_BACK_AS, read_back_fields, tmpfs_view
+from pybox._core.posture_podman import (
+    MAPPINGS,
+    READ_BACK_AS,
+    box_facts,
+    read_back_fields,
+    tmpfs_view,
+)
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
 from pybox._engine.endpoint import EngineEndpoint
@@ -181,7 +187,7 @@ def test_read_back_as_names_the_fields_each_mapping_checks() -> None:
     docker = {requirement.name: requirement for requirement in requirements(SPEC)}
     mapped = {requirement.name for requirement in readback_requirements(SPEC)}
     for field, mapping in MAPPINGS.items():
-        names = {requirement.name for requirement in mapping(SPEC, docker[field])}
+        names = {requirement.name for requirement in mapping(box_facts(SPEC), docker[field])}
         assert names <= mapped
         assert read_back_fields("podman", field) == READ_BACK_AS.get(field, frozenset({field}))
         assert names == set(read_back_fields("podman", field)), field

@@ -12,7 +12,10 @@ every box pybox makes:
   attached only for the install step (the engine's view of its networks is
   checked at every step, see builds.py); so the engine also writes its
   /etc/hosts and resolver file, which pip needs to resolve the index;
-- its caps are the build's (memory, CPU, processes), not a run's.
+- its caps are the build's (memory, CPU, processes, open files), not a run's.
+
+On Podman the same table is read back with Podman's answers mapped
+(`pybox._core.posture_podman.podman_build_requirements`), as a run box's is.
 
 Everything else is a run box's: pybox's seccomp profile, the AppArmor
 requirement, no host path or volume, no devices, private namespaces, no logs.
@@ -34,6 +37,13 @@ from pybox._core.seccomp import Confinement
 
 BUILD_HOSTNAME = "pybox-build"
 BUILD_USER = "0:0"
+# Stated, not the engine's default: Podman's (1048576) is more than its runtime may
+# set on some hosts, and Docker's is whatever its daemon inherited.
+BUILD_OPEN_FILES = 4096
+BUILD_ULIMITS = (
+    {"Name": "nofile", "Soft": BUILD_OPEN_FILES, "Hard": BUILD_OPEN_FILES},
+    {"Name": "core", "Soft": 0, "Hard": 0},
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,8 @@ class BuildBoxSpec:
     pids: int
     confinement: Confinement
     runtime: str = "runc"
+    # The engine that makes it ("docker", "podman"): how its answers are read back.
+    engine: str = "docker"
 
 
 def build_requirements(spec: BuildBoxSpec) -> tuple[Requirement, ...]:
@@ -84,8 +96,20 @@ def build_requirements(spec: BuildBoxSpec) -> tuple[Requirement, ...]:
         host_field("OomKillDisable", False, "the kernel may end it over its memory", Check.EMPTY),
         host_field("NanoCpus", spec.cpus * 1_000_000_000, "CPU cap"),
         host_field("PidsLimit", spec.pids, "processes cap"),
+        host_field("Ulimits", [dict(u) for u in BUILD_ULIMITS], "open files cap; no core dumps"),
         host_field("OomScoreAdj", 0, "no change to OOM priority", Check.EMPTY),
         host_field("LogConfig", {"Type": "none", "Config": {}}, "the engine keeps no logs"),
         host_field("AutoRemove", False, "pybox removes the box and confirms it", Check.EMPTY),
         host_field("RestartPolicy", {"Name": "no"}, "never restarted", Check.INCLUDES),
     )
+
+
+def build_readback_requirements(spec: BuildBoxSpec) -> tuple[Requirement, ...]:
+    """`build_requirements(spec)` as the spec's engine shows them (Podman: mapped)."""
+    table = build_requirements(spec)
+    if spec.engine != "podman":
+        return table
+    # Imported here: a Docker engine's builds do not pay for Podman's views.
+    from pybox._core.posture_podman import podman_build_requirements
+
+    return podman_build_requirements(spec, table)

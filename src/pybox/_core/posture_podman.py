@@ -12,12 +12,14 @@ recorded answer, and docs/engines.md lists them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pybox._core.readback import Check, Requirement
 from pybox._core.seccomp import security_opt_view
 
 if TYPE_CHECKING:
+    from pybox._core.build_posture import BuildBoxSpec
     from pybox._core.posture import BoxSpec
 
 LIBPOD = "Libpod"
@@ -69,7 +71,19 @@ def ulimits_view(value: Any) -> Any:
     return sorted(shown)
 
 
-Mapping_ = Callable[["BoxSpec", Requirement], tuple[Requirement, ...]]
+@dataclass(frozen=True)
+class BoxFacts:
+    """What the mappings need of a box: its user's uid and its tmpfs mounts."""
+
+    uid: int
+    tmpfs: tuple[tuple[str, str], ...]
+
+
+def box_facts(spec: BoxSpec) -> BoxFacts:
+    return BoxFacts(spec.uid, tuple(spec.tmpfs().items()))
+
+
+Mapping_ = Callable[[BoxFacts, Requirement], tuple[Requirement, ...]]
 
 
 def _replace(
@@ -79,14 +93,14 @@ def _replace(
     check: Check = Check.EQUAL,
     view: Callable[[Any], Any] | None = None,
 ) -> Mapping_:
-    def mapped(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+    def mapped(spec: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
         return (Requirement(path, expected, f"{docker.why}; Podman: {why}", check, view=view),)
 
     return mapped
 
 
-def _tmpfs(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
-    expected = {path: podman_tmpfs_options(o, spec.uid) for path, o in spec.tmpfs().items()}
+def _tmpfs(spec: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
+    expected = {path: podman_tmpfs_options(o, spec.uid) for path, o in spec.tmpfs}
     return (
         Requirement(
             ("HostConfig", "Tmpfs"),
@@ -99,7 +113,7 @@ def _tmpfs(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
     )
 
 
-def _cap_drop(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+def _cap_drop(spec: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
     why = (
         f"{docker.why}; Podman lists its default set under CapDrop, so its own "
         "answer's bounding and effective sets must be empty"
@@ -130,7 +144,7 @@ def seccomp_file_view(value: Any) -> Any:
     return shown
 
 
-def _security_opt(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+def _security_opt(spec: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
     why = (
         f"{docker.why}; Podman shows the profile as the file it was read from "
         "(content-addressed), and no unmask= or label=disable"
@@ -143,7 +157,7 @@ def _security_opt(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]
     )
 
 
-def _ulimits(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+def _ulimits(spec: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
     expected = [*docker.expected, {"Name": "nproc", "Soft": PODMAN_NPROC, "Hard": PODMAN_NPROC}]
     return (
         Requirement(
@@ -156,7 +170,7 @@ def _ulimits(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
     )
 
 
-def _log_config(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+def _log_config(spec: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
     why = f"{docker.why}; Podman adds empty Path, Tag and Size"
     return (
         Requirement(("HostConfig", "LogConfig", "Type"), "none", why),
@@ -164,7 +178,7 @@ def _log_config(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
     )
 
 
-def _runtime(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+def _runtime(spec: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
     return (
         Requirement(
             _libpod("OCIRuntime"),
@@ -266,13 +280,42 @@ MAPPINGS: dict[str, Mapping_] = {
 }
 
 
-def podman_requirements(spec: BoxSpec, table: tuple[Requirement, ...]) -> tuple[Requirement, ...]:
-    """Docker's table with each of Podman's differences mapped (MAPPINGS)."""
+# A build box (pybox._core.build_posture) is made on the engine's bridge network;
+# its mode is read back in Podman's own answer too (the compatible one says the same).
+BUILD_MAPPINGS: dict[str, Mapping_] = {
+    "HostConfig.NetworkMode": lambda spec, docker: (
+        docker,
+        Requirement(
+            _libpod("HostConfig", "NetworkMode"),
+            docker.expected,
+            f"{docker.why}; Podman: its own answer names the same mode (its default "
+            "network, which its compatible API calls 'bridge')",
+        ),
+    ),
+}
+
+
+def _mapped(
+    facts: BoxFacts, table: tuple[Requirement, ...], mappings: Mapping[str, Mapping_]
+) -> tuple[Requirement, ...]:
     mapped: list[Requirement] = []
     for requirement in table:
-        mapping = MAPPINGS.get(requirement.name)
-        mapped.extend((requirement,) if mapping is None else mapping(spec, requirement))
+        mapping = mappings.get(requirement.name)
+        mapped.extend((requirement,) if mapping is None else mapping(facts, requirement))
     return tuple(mapped)
+
+
+def podman_requirements(spec: BoxSpec, table: tuple[Requirement, ...]) -> tuple[Requirement, ...]:
+    """Docker's table with each of Podman's differences mapped (MAPPINGS)."""
+    return _mapped(box_facts(spec), table, MAPPINGS)
+
+
+def podman_build_requirements(
+    spec: BuildBoxSpec, table: tuple[Requirement, ...]
+) -> tuple[Requirement, ...]:
+    """A build box's table with the same mappings, and its network's (BUILD_MAPPINGS);
+    it runs as root (uid 0)."""
+    return _mapped(BoxFacts(0, spec.tmpfs), table, {**MAPPINGS, **BUILD_MAPPINGS})
 
 
 # The fields Podman's read-back checks in place of each Docker field MAPPINGS

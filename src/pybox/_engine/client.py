@@ -175,8 +175,13 @@ class DockerEngine(NetworkCalls):
         return code if isinstance(code, int) and running is False else None
 
     def connect_network(self, network: str, container_id: str) -> None:
+        # The answer is not read: Docker's is empty, Podman's the text "OK".
         self._call(
-            "POST", f"/networks/{network}/connect", body={"Container": container_id}, ok=(200,)
+            "POST",
+            f"/networks/{network}/connect",
+            body={"Container": container_id},
+            ok=(200,),
+            parse=False,
         )
 
     def disconnect_network(self, network: str, container_id: str) -> None:
@@ -185,6 +190,7 @@ class DockerEngine(NetworkCalls):
             f"/networks/{network}/disconnect",
             body={"Container": container_id, "Force": True},
             ok=(200,),
+            parse=False,
         )
 
     def commit(self, container_id: str, repo: str, tag: str, config: JSONObject) -> str:
@@ -196,10 +202,14 @@ class DockerEngine(NetworkCalls):
             body=config,
             timeout_s=1800.0,
         )
-        image_id = self._field(result, "Id")
+        image_id = self._commit_id(self._field(result, "Id"))
         if not isinstance(image_id, str) or not image_id.startswith("sha256:"):
             raise EngineError(f"The engine's commit returned no image ID: {result!r}")
         return image_id
+
+    def _commit_id(self, found: Any) -> Any:
+        """The image ID in a commit's answer, as the engine said it."""
+        return found
 
     def tag_image(self, reference: str, repo: str, tag: str) -> None:
         self._call(

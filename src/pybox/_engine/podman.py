@@ -41,6 +41,7 @@ ENGINE_NAME = "podman"
 # has unmounted it, `exited` the same box after the cleanup; both are Docker's
 # `exited`. Every other state is Docker's word already.
 DOCKER_STATES = {"stopped": "exited"}
+HEX = frozenset("0123456789abcdef")
 # Why an egress `packages` network cannot be made on Podman 4.3 (netavark),
 # measured here: it answers Docker's bridge options with "is not a recognized
 # option" and drops them, and it gives the host the gateway address of every
@@ -140,6 +141,13 @@ class PodmanEngine(DockerEngine):
                 self.remove_container(container_id)
                 raise
         return container_id
+
+    def _commit_id(self, found: Any) -> Any:
+        """Podman answers a commit with the image's digest alone; its inspect says
+        `sha256:<digest>`, Docker's form, and so does pybox."""
+        if isinstance(found, str) and len(found) == 64 and all(c in HEX for c in found):
+            return f"sha256:{found}"
+        return found
 
     def attach(self, container_id: str) -> DockerAttachStream:
         """Through the box's keeper when it has one, else the engine's attach."""

@@ -207,6 +207,7 @@ def specgen(
     if host.get("PidsLimit"):
         resources["pids"] = {"limit": int(host["PidsLimit"])}
     restart = str((host.get("RestartPolicy") or {}).get("Name") or "no")
+    on_bridge = str(host.get("NetworkMode") or "") == "bridge"
     spec: dict[str, Any] = {
         "name": name,
         "image": body["Image"],
@@ -253,10 +254,12 @@ def specgen(
         "log_configuration": {"driver": (host.get("LogConfig") or {}).get("Type") or "none"},
         "remove": bool(host.get("AutoRemove")),
         "restart_policy": restart,
-        # No host-written /etc/hosts or resolv.conf in the box (Podman writes both
-        # at start unless the image's are used).
+        # No host-written /etc/hosts in the box (Podman's names the host as
+        # host.containers.internal); a resolv.conf only on the bridge, where the box
+        # resolves names as on Docker's bridge (a build box's pip; Podman copies the
+        # host's resolvers when its default network runs no DNS server of its own).
         "use_image_hosts": True,
-        "use_image_resolve_conf": True,
+        "use_image_resolve_conf": not on_bridge,
         "sysctl": {},
     }
     if apparmor:

@@ -1,4 +1,5 @@
-"""The build box: its spec and posture table read back before start, the inputs put
+"""The build box: its spec and posture table read back before start (on Podman
+with its answers mapped, `pybox._core.posture_podman`), the inputs put
 into it as an archive, and its steps (each an exec, timed, with the engine's view
 of its networks)."""
 
@@ -14,7 +15,11 @@ from typing import Any
 
 from pybox._adapters.piptool import PipSettings
 from pybox._adapters.rootfs import Progress
-from pybox._core.build_posture import BuildBoxSpec, build_requirements
+from pybox._core.build_posture import (
+    BuildBoxSpec,
+    build_readback_requirements,
+    build_requirements,
+)
 from pybox._core.display import plural
 from pybox._core.errors import ImageBuildError, PyboxError
 from pybox._core.limits import MIB
@@ -31,7 +36,10 @@ from pybox._core.seccomp import Confinement
 from pybox._engine import Engine, JSONObject
 
 BASE_PYTHON = "/usr/bin/python3"
-BUILD_DIR = "/pybox-build"
+# Under /opt, which the box's root owns writable: the image's `/` is 0555 on
+# Podman (the layer's root directory in its storage), so without capabilities the
+# box could not remove a folder of `/` before the commit (Docker shows `/` 0755).
+BUILD_DIR = "/opt/pybox-build"
 BUILD_NETWORK = "bridge"
 BUILD_TIMEOUT_S = 3600
 BUILD_MEMORY_BYTES = 4096 * MIB
@@ -89,6 +97,7 @@ def build_box_spec(
     lifetime_s: int = BUILD_TIMEOUT_S,
     memory_bytes: int = BUILD_MEMORY_BYTES,
     tmp_bytes: int = BUILD_TMP_BYTES,
+    engine: str = "docker",
 ) -> BuildBoxSpec:
     """A build box's spec; an install box (pybox._features.sandboxes.install) is one
     too, with the sandbox's image and Python, a shorter life and smaller caps."""
@@ -111,24 +120,8 @@ def build_box_spec(
         cpus=cpus,
         pids=BUILD_PIDS,
         confinement=confinement,
+        engine=engine,
     )
-
-
-def refuse_build_box_on_podman(
-    engine: Engine, what: str, error: type[PyboxError] = ImageBuildError
-) -> None:
-    """A build box is not mapped to Podman yet: refused before anything is made.
-
-    It reaches the package index over a bridge network, and Podman's bridge gives
-    the box the host's gateway address with its DNS server on it (docs/engines.md,
-    "Egress on Podman"); its posture table is Docker's only."""
-    if engine.name == "podman":
-        raise error(
-            f"{what} runs a build box, which pybox does not run on Podman yet: Podman's "
-            "bridge network gives the box the host's gateway address (docs/engines.md, "
-            "'Egress on Podman'). Nothing was made; use Docker for this step "
-            "(PYBOX_ENGINE=docker)."
-        )
 
 
 def build_box_body(spec: BuildBoxSpec) -> JSONObject:
@@ -149,7 +142,7 @@ def read_back_build_box(
     inspected = engine.inspect_container(container_id)
     if inspected is None:
         raise error(f"The {box} vanished between create and inspect.")
-    report = check_requirements(build_requirements(spec), inspected)
+    report = check_requirements(build_readback_requirements(spec), inspected)
     if not report.ok:
         details = "; ".join(m.describe() for m in report.mismatches[:5])
         raise error(
@@ -162,14 +155,18 @@ def read_back_build_box(
     return report
 
 
-def build_inputs_tar(files: Mapping[str, bytes]) -> bytes:
-    """A tar holding BUILD_DIR with `files`, owned by root, readable by root only."""
+def build_inputs_tar(files: Mapping[str, bytes], directories: Sequence[str] = ()) -> bytes:
+    """A tar holding BUILD_DIR with `files`, and the empty `directories`, owned by
+    root, readable by root only. The engine makes them: the box's root, with every
+    capability dropped, cannot write where the image's directory modes forbid it
+    (Podman shows the image's `/` as 0555)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        directory = tarfile.TarInfo(BUILD_DIR.lstrip("/"))
-        directory.type = tarfile.DIRTYPE
-        directory.mode = 0o700
-        archive.addfile(directory)
+        for path in (BUILD_DIR, *directories):
+            directory = tarfile.TarInfo(path.lstrip("/"))
+            directory.type = tarfile.DIRTYPE
+            directory.mode = 0o700
+            archive.addfile(directory)
         for name, data in files.items():
             info = tarfile.TarInfo(f"{BUILD_DIR.lstrip('/')}/{name}")
             info.size = len(data)

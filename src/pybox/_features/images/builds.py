@@ -60,7 +60,6 @@ from pybox._features.images.build_box import (
     build_inputs_tar,
     pip_install_argv,
     read_back_build_box,
-    refuse_build_box_on_podman,
 )
 from pybox._features.images.lock_plans import (
     IMAGE_ENV,
@@ -138,7 +137,7 @@ def build_lock_image(
         f"{plural(len(plan.lock.requirements), 'locked package')} from {plan.lock_path} "
         f"on stdlib {plan.base.image_id[:19]}"
     )
-    refuse_build_box_on_podman(engine, f"Building {plan.name}")
+    refuse_lock_build_on_podman(engine, plan.name)
     progress(f"pip's configuration: {pip.describe()}")
     for option, why in pip.skipped:
         progress(f"  not passed to the build box: {option} ({why})")
@@ -159,6 +158,7 @@ def build_lock_image(
         pybox_version=pybox_version,
         cpus=cpus,
         confinement=confinement or engine_confinement(info, local_host=True),
+        engine=engine.name,
     )
     container_id: str | None = None
     name = f"pybox-build-{run_id}"
@@ -275,6 +275,20 @@ def build_lock_image(
         f"{record.python or 'a Python that did not say which it is'}) in {state.images_file}"
     )
     return BuildResult(record, True, tuple(box.steps), interfaces)
+
+
+def refuse_lock_build_on_podman(engine: Engine, name: str) -> None:
+    """Refused before anything is made: Podman 4.3's commit (`POST /commit`) ignores
+    the image configuration pybox sends, measured (docs/engines.md, "Build boxes
+    on Podman"). Install boxes commit nothing and run on Podman."""
+    if engine.name == "podman":
+        raise ImageBuildError(
+            f"Building {name} commits a build box, which pybox does not do on Podman yet: "
+            "Podman 4.3's commit ignores the image configuration pybox sends (the "
+            "committed image kept the build box's user 0:0 and labels; docs/engines.md, "
+            "'Build boxes on Podman'). Nothing was made; build lock images with Docker "
+            "(PYBOX_ENGINE=docker)."
+        )
 
 
 def _check_python(plan: LockBuildPlan, python: BoxPython | None, say: Progress) -> None:

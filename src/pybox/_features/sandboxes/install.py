@@ -16,8 +16,9 @@ and confirmed gone, on every path. It carries pybox's labels (owner, expiry),
 so a sweep removes it if pybox dies first.
 
 Steps: check the request -> fetch pip's wheel -> create -> read back -> detach ->
-put pip's wheel and the CA bundle -> start -> ask the Python -> attach, pip install
---target --report, detach -> measure -> read the report and the folder -> remove.
+put pip's wheel, the CA bundle and the (empty) install folder -> start -> ask the
+Python -> attach, pip install --target --report, detach -> measure -> read the
+report and the folder -> remove.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ from pybox._features.images.build_box import (
     build_inputs_tar,
     pip_install_argv,
     read_back_build_box,
-    refuse_build_box_on_podman,
 )
 from pybox._features.images.checks import verify_for_run
 from pybox._features.images.lock_plans import read_pip_lock
@@ -95,10 +95,10 @@ _PIP_OPTIONS = (
     f"{INSTALL_DIR}/{REPORT_NAME}",
 )
 _SHOWN_PIP_LINES = ("Collecting", "Successfully installed", "ERROR")
-# Which Python this is, and its user site relative to HOME; makes the install folder.
+# Which Python this is, and its user site relative to HOME (the install folder
+# arrives with pip's wheel: see `_start`).
 _PYTHON_SCRIPT = (
     "import json, os, platform, site, sys\n"
-    f"os.makedirs({INSTALL_DIR!r}, mode=0o700)\n"
     "print(json.dumps({'implementation': platform.python_implementation(),"
     " 'version': platform.python_version(), 'tag': 'cp%d%d' % sys.version_info[:2],"
     " 'machine': platform.machine(),"
@@ -152,7 +152,6 @@ def install_libraries(
             f"An install needs a positive size and time limit, not {max_bytes} bytes and "
             f"{timeout_s:g} s."
         )
-    refuse_build_box_on_podman(engine, "Installing libraries", LibraryInstallError)
     progress = say or (lambda _message: None)
     started = time.monotonic()
     verify_for_run(engine, image)
@@ -173,6 +172,7 @@ def install_libraries(
         pybox_version=__version__,
         cpus=max(1, int(info.get("NCPU") or 1)),
         confinement=confinement or engine_confinement(info, local_host=True),
+        engine=engine.name,
         python=image.python_path,
         lifetime_s=int(timeout_s) + LIFETIME_SPARE_S,
         memory_bytes=tmp_bytes + WORK_MEMORY_BYTES,
@@ -318,7 +318,7 @@ class _InstallRun:
                 f"The install box is still on {', '.join(box.networks())} after detaching; "
                 "nothing was installed."
             )
-        engine.put_archive(container_id, "/", build_inputs_tar(inputs))
+        engine.put_archive(container_id, "/", build_inputs_tar(inputs, (INSTALL_DIR,)))
         engine.start_container(container_id)
         return box
 
@@ -354,11 +354,22 @@ class _InstallRun:
         code, lines = self.step(box, "measure the installed files (network detached)", argv)
         return measured_size(code, lines, max_bytes)
 
+    def _kill(self) -> None:
+        """Killed before removal: Podman's forced removal of a running box sends
+        SIGTERM, which the box's sleep ignores, and waits 10 s before SIGKILL. A box
+        that never started cannot be killed (Podman: HTTP 500); removal follows."""
+        assert self.container_id is not None
+        try:
+            self.engine.kill_container(self.container_id)
+        except EngineError:
+            pass
+
     def remove(self, failure: BaseException | None) -> None:
         """Remove the box and confirm it; an unconfirmed removal is an error."""
         if self.container_id is None:
             return
         try:
+            self._kill()
             confirmed = remove_and_confirm(self.engine, self.container_id)
             why = "the engine still lists it"
         except EngineError as exc:
