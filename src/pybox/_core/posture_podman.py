@@ -199,7 +199,7 @@ def _network_keys(value: Any) -> Any:
     return sorted(value) if isinstance(value, Mapping) else value
 
 
-def _network_disabled(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+def _network_disabled(_facts: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
     if docker.expected is True:
         why = f"{docker.why}; Podman: {_NOT_REPORTED} (null); its own answer's network mode is none"
         return (Requirement(_libpod("HostConfig", "NetworkMode"), "none", why),)
@@ -207,7 +207,7 @@ def _network_disabled(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, 
     return (Requirement(_libpod("HostConfig", "NetworkMode"), "bridge", why),)
 
 
-def _network_mode(spec: BoxSpec, docker: Requirement) -> tuple[Requirement, ...]:
+def _network_mode(_facts: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
     if docker.expected in ("none", "bridge"):
         return (docker,)
     why = f"{docker.why}; Podman: {_OWN_NETWORK} under NetworkSettings.Networks"
