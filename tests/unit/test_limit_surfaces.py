@@ -13,6 +13,7 @@ import pytest
 from pybox._core.errors import InvalidRequest
 from pybox._core.limit_surfaces import (
     LIMIT_KEYWORDS,
+    LIMIT_SYNONYMS,
     api_limits_doc,
     cli_limit_fields,
     limit_request_from_keywords,
@@ -23,7 +24,6 @@ from pybox._core.limits import (
     BUILTIN_DEFAULTS,
     KIB,
     LIMIT_FIELDS,
-    LIMIT_SYNONYMS,
     MIB,
     LimitRequest,
     Policy,

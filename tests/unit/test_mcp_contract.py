@@ -16,7 +16,8 @@ import pytest
 
 from pybox._adapters.state import StateStore
 from pybox._core.errors import EngineUnavailable, InvalidRequest, PyboxError
-from pybox._core.limits import MIB, LimitRequest, Policy, canonical_limit_keys
+from pybox._core.limit_surfaces import canonical_limit_keys
+from pybox._core.limits import MIB, LimitRequest, Policy
 from pybox._core.pool import PoolSettings
 from pybox._core.request import RunRequest
 from pybox._frontends.mcp._runargs import run_request

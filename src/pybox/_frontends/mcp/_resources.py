@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from pybox._core.errors import PyboxError
-from pybox._core.limits import LIMIT_FIELDS, LIMIT_SYNONYMS
+from pybox._core.limit_surfaces import LIMIT_SYNONYMS
+from pybox._core.limits import LIMIT_FIELDS
 from pybox._core.posture import (
     BOX_UID_COUNT,
     BOX_UID_FIRST,

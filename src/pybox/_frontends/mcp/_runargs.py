@@ -16,13 +16,12 @@ from typing import Any
 
 from pybox._core.display import noun
 from pybox._core.errors import ConfigError, InvalidRequest
-from pybox._core.limit_surfaces import limits_json_schema
+from pybox._core.limit_surfaces import canonical_limit_keys, limits_json_schema
 from pybox._core.limits import (
     FIELDS_BY_KEY,
     LIMIT_FIELDS,
     LimitRequest,
     Limits,
-    canonical_limit_keys,
     parse_user_value,
 )
 from pybox._core.posture import INPUT_DIR, OUTPUT_DIR, WORK_DIR
