@@ -272,6 +272,18 @@ def test_killing_a_stopped_box_is_not_an_error(transport: PairTransport) -> None
     assert engine_on(transport).kill_container("c0ffee") is False
 
 
+def test_a_tag_answer_is_not_read(transport: PairTransport) -> None:
+    """Docker answers a tag with nothing, Podman 4.3 with a bare newline."""
+    transport.scripts += [
+        transport.answer(reply("201 Created", b"")),
+        transport.answer(reply("201 Created", b"\n", content_type="text/plain")),
+    ]
+    engine = engine_on(transport)
+    engine.tag_image("sha256:" + "a" * 64, "127.0.0.1:5000/pybox/x", "t")
+    engine.tag_image("sha256:" + "a" * 64, "127.0.0.1:5000/pybox/x", "t")
+    assert "/tag?" in transport.requests[1].line
+
+
 def test_an_error_event_in_a_progress_stream_is_a_refusal(transport: PairTransport) -> None:
     events = [
         b'{"status":"Pulling from pybox/data"}\r\n',

@@ -212,11 +212,13 @@ class DockerEngine(NetworkCalls):
         return found
 
     def tag_image(self, reference: str, repo: str, tag: str) -> None:
+        # The answer is not read: Docker's is empty, Podman's a bare newline.
         self._call(
             "POST",
             f"/images/{urllib.parse.quote(reference, safe='')}/tag",
             query={"repo": repo, "tag": tag},
             ok=(200, 201),
+            parse=False,
         )
 
     # -- images ---------------------------------------------------------------
