@@ -128,8 +128,15 @@ class VMMCgroup:
         if os.path.exists(os.path.join(CGROUP_ROOT, "cgroup.controllers")):
             raise SystemExit("microvm_box: written for cgroup v1 (this machine); not for v2")
         self.paths = [os.path.join(CGROUP_ROOT, c, name) for c in self.CONTROLLERS]
-        for path in self.paths:
-            os.mkdir(path)
+        made = []
+        try:
+            for path in self.paths:
+                os.mkdir(path)
+                made.append(path)
+        except OSError:
+            for path in made:  # a controller missing: leave nothing half made
+                os.rmdir(path)
+            raise
         memory, cpu, _, pids = self.paths
         limit = str((memory_mib + VMM_OVERHEAD_MIB) * 1024 * 1024)
         self._write(memory, "memory.limit_in_bytes", limit)
