@@ -20,7 +20,7 @@ from pybox._core.errors import EgressRefused, EngineCannotApply, PyboxError
 from pybox._core.limits import LimitRequest
 from pybox._core.request import RunRequest
 from pybox._core.runtimes import GVISOR
-from pybox._engine import NetworkEngine
+from pybox._engine import Engine, JSONObject, NetworkEngine
 from pybox._features.verify.case_runs import _drain_listener, _verify_json
 from pybox._features.verify.verdict import (
     Verdict,
@@ -90,14 +90,19 @@ def _run_case(suite: Suite, verdict: Verdict) -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
             connections = _drain_listener(tcp, udp)[0]
     judge_egress_packages(outcome, verdict, gateway, connections)
-    left = []
-    engine = suite.engine
-    if isinstance(engine, NetworkEngine):
-        labels = {LABEL_EGRESS_FOR: outcome.receipt.run_id}
-        left = engine.list_networks(labels) + engine.list_containers(labels)
+    left = _egress_of(suite.engine, outcome.receipt.run_id) or []
     if verdict.check(not left, f"{len(left)} egress networks or proxies left behind"):
         verdict.saw("engine", "its egress network and proxy were removed: none is listed")
     suite.gone(verdict, outcome.receipt)
+
+
+def _egress_of(engine: Engine, run_id: str) -> list[JSONObject] | None:
+    """The egress networks and proxies the engine lists for the run (None: the
+    engine makes no networks)."""
+    if not isinstance(engine, NetworkEngine):
+        return None
+    labels = {LABEL_EGRESS_FOR: run_id}
+    return engine.list_networks(labels) + engine.list_containers(labels)
 
 
 def _judge_refused_by_engine(
@@ -107,12 +112,10 @@ def _judge_refused_by_engine(
     gives the host an address there) has it refused before anything is made: no
     box exists to get out, so the case is contained if nothing of it is listed."""
     verdict.saw("pybox", f"packages mode refused on this engine before any box: {exc}")
-    engine = suite.engine
-    if not isinstance(engine, NetworkEngine):
+    left = _egress_of(suite.engine, run_id)
+    if left is None:
         verdict.saw("pybox", "this engine makes no networks: nothing of the run to list")
         return
-    labels = {LABEL_EGRESS_FOR: run_id}
-    left = engine.list_networks(labels) + engine.list_containers(labels)
     if verdict.check(not left, f"{len(left)} egress networks or proxies made despite the refusal"):
         verdict.saw("engine", "no network, proxy or box of the refused run is listed")
 
