@@ -47,6 +47,13 @@ ENGINES = [
 ]
 
 
+def colima_runs_docker(engine_name: str) -> None:
+    """Colima's VM runs Docker, so pybox's Colima path drives Docker only: its
+    tests have no Podman variant (a fake VM around Podman would test nothing real)."""
+    if engine_name != "docker":
+        pytest.skip("the Colima path drives the Docker engine in Colima's VM, never Podman")
+
+
 def engine_environ(name: str) -> dict[str, str]:
     """This process's environment, pointed at engine `name` (what a CLI run is given)."""
     env = dict(os.environ)

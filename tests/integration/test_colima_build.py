@@ -25,7 +25,7 @@ from bench.fake_colima import install_fake_colima
 from pybox._adapters.host_facts import apt_sources, base_mirror, os_codename
 from pybox._adapters.state import StateStore
 from pybox._engine import Engine
-from tests.integration.conftest import run_cli
+from tests.integration.conftest import colima_runs_docker, run_cli
 
 BUILD_FOLDERS = "/var/tmp/pybox-build-*"
 
@@ -39,8 +39,13 @@ def _mirror_with_default_port(suite: str) -> str:
 
 
 def test_setup_builds_the_image_in_the_vm_and_runs_a_box(
-    engine: Engine, cli_env: dict[str, str], state_dir: Path, tmp_path: Path
+    engine: Engine,
+    engine_name: str,
+    cli_env: dict[str, str],
+    state_dir: Path,
+    tmp_path: Path,
 ) -> None:
+    colima_runs_docker(engine_name)
     suite = os_codename()
     assert suite, "this machine's Debian suite is needed for the build"
     mirror = _mirror_with_default_port(suite)

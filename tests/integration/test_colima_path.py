@@ -18,7 +18,7 @@ from typing import Any
 from bench.fake_colima import install_fake_colima
 
 from pybox._engine import Engine
-from tests.integration.conftest import run_cli
+from tests.integration.conftest import colima_runs_docker, run_cli
 
 PROGRAM = (
     "import os\n"
@@ -34,8 +34,13 @@ def _kernel_fields_present(record: dict[str, Any]) -> set[str]:
 
 
 def test_exec_through_colima_gives_the_same_receipt(
-    engine: Engine, cli_env: dict[str, str], state_dir: Path, tmp_path: Path
+    engine: Engine,
+    engine_name: str,
+    cli_env: dict[str, str],
+    state_dir: Path,
+    tmp_path: Path,
 ) -> None:
+    colima_runs_docker(engine_name)
     fake = install_fake_colima(
         tmp_path / "bin", docker_socket=f"unix://{engine.endpoint.socket_path}"
     )
