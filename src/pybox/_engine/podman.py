@@ -10,6 +10,8 @@ cannot say what pybox asks for:
 - inspect answers the compatible document with Podman's own beside it, under
   `"Libpod"`, so the posture can read what only Podman's answer holds (the
   cgroup namespace, the bounding capabilities, the runtime, the cgroup path);
+- a commit is an export of the box's filesystem imported with the image's
+  configuration as changes (`pybox._engine.podman_commit`): one flat layer;
 - a box whose stdin must outlive its creator's connection (a sandbox) gets a
   keeper process that holds one attach connection for the box's lifetime, and
   every attach to it goes through the keeper (`pybox._engine.keeper`).
@@ -20,15 +22,23 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from pybox._core.egress_posture import INHIBIT_IPV4
-from pybox._core.errors import EngineError
+from pybox._core.errors import EngineAnswerTooLarge, EngineError
 from pybox._core.seccomp import profile_sha256
 from pybox._engine.client import DockerEngine
 from pybox._engine.interface import JSONObject
 from pybox._engine.keeper import connect_keeper, start_keeper
+from pybox._engine.podman_commit import (
+    EXPORT_DEADLINE_S,
+    EXPORT_IDLE_TIMEOUT_S,
+    EXPORT_MAX_BYTES,
+    config_problem,
+    import_changes,
+)
 from pybox._engine.specgen import PodmanUnsupported, needs_keeper, specgen
 from pybox._engine.stream import DockerAttachStream
 
@@ -141,6 +151,37 @@ class PodmanEngine(DockerEngine):
                 self.remove_container(container_id)
                 raise
         return container_id
+
+    def commit(self, container_id: str, repo: str, tag: str, config: JSONObject) -> str:
+        """The stopped box's filesystem exported and imported as one flat layer, with
+        exactly `config` said as changes (`pybox._engine.podman_commit`): Podman's own
+        commits cannot say it. The export streams into the import, never held whole;
+        the image is read back and removed again if its configuration differs."""
+        changes = import_changes(config)
+        export = self._download(
+            f"/containers/{container_id}/export",
+            what=f"the export of {container_id[:12]}'s filesystem",
+            max_body_bytes=EXPORT_MAX_BYTES,
+            idle_timeout_s=EXPORT_IDLE_TIMEOUT_S,
+            deadline_s=EXPORT_DEADLINE_S,
+        )
+        try:
+            with closing(export):
+                image_id = self.import_image(export, repo, tag, changes)
+        except EngineAnswerTooLarge:
+            raise EngineError(
+                f"The filesystem of {container_id[:12]} is larger than "
+                f"{EXPORT_MAX_BYTES // 1024**3} GiB, the most pybox exports into an image "
+                "on Podman; the import was cut short and no image was made."
+            ) from None
+        problem = config_problem(config, self.inspect_image(image_id))
+        if problem is not None:
+            self.remove_image(image_id)
+            raise EngineError(
+                f"Podman imported {repo}:{tag} as {image_id[:19]} but {problem}; "
+                "the image was removed."
+            )
+        return image_id
 
     def _commit_id(self, found: Any) -> Any:
         """Podman answers a commit with the image's digest alone; its inspect says
