@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -181,6 +181,22 @@ class PodmanEngine(DockerEngine):
                 f"Podman imported {repo}:{tag} as {image_id[:19]} but {problem}; "
                 "the image was removed."
             )
+        return image_id
+
+    def import_image(
+        self, tar_chunks: Iterable[bytes], repo: str, tag: str, changes: list[str]
+    ) -> str:
+        """Podman 4.3's compatible import names the image `repo:latest`, whatever tag
+        it is asked for (measured): the asked tag is added and that `latest` dropped."""
+        image_id = super().import_image(tar_chunks, repo, tag, changes)
+        if tag == "latest":
+            return image_id
+        self.tag_image(image_id, repo, tag)
+        found = self.inspect_image(image_id) or {}
+        for reference in found.get("RepoTags") or []:
+            # Podman names a short `repo` with its registry (`docker.io/pybox/...`).
+            if str(reference) == f"{repo}:latest" or str(reference).endswith(f"/{repo}:latest"):
+                self.remove_image(str(reference))  # an untag: the asked tag stays
         return image_id
 
     def _commit_id(self, found: Any) -> Any:
