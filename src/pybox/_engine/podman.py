@@ -51,7 +51,6 @@ ENGINE_NAME = "podman"
 # has unmounted it, `exited` the same box after the cleanup; both are Docker's
 # `exited`. Every other state is Docker's word already.
 DOCKER_STATES = {"stopped": "exited"}
-HEX = frozenset("0123456789abcdef")
 # Why an egress `packages` network cannot be made on Podman 4.3 (netavark),
 # measured here: it answers Docker's bridge options with "is not a recognized
 # option" and drops them, and it gives the host the gateway address of every
@@ -168,10 +167,10 @@ class PodmanEngine(DockerEngine):
         try:
             with closing(export):
                 image_id = self.import_image(export, repo, tag, changes)
-        except EngineAnswerTooLarge:
+        except EngineAnswerTooLarge as exc:
             raise EngineError(
-                f"The filesystem of {container_id[:12]} is larger than "
-                f"{EXPORT_MAX_BYTES // 1024**3} GiB, the most pybox exports into an image "
+                f"The filesystem of {container_id[:12]} is larger than {exc.limit_bytes} bytes "
+                f"({exc.limit_bytes / 1024**3:.3g} GiB), the most pybox exports into an image "
                 "on Podman; the import was cut short and no image was made."
             ) from None
         problem = config_problem(config, self.inspect_image(image_id))
@@ -198,13 +197,6 @@ class PodmanEngine(DockerEngine):
             if str(reference) == f"{repo}:latest" or str(reference).endswith(f"/{repo}:latest"):
                 self.remove_image(str(reference))  # an untag: the asked tag stays
         return image_id
-
-    def _commit_id(self, found: Any) -> Any:
-        """Podman answers a commit with the image's digest alone; its inspect says
-        `sha256:<digest>`, Docker's form, and so does pybox."""
-        if isinstance(found, str) and len(found) == 64 and all(c in HEX for c in found):
-            return f"sha256:{found}"
-        return found
 
     def attach(self, container_id: str) -> DockerAttachStream:
         """Through the box's keeper when it has one, else the engine's attach."""
