@@ -160,7 +160,9 @@ def test_lock_build_has_network_only_for_the_install_and_runs_sealed(
             "io.pybox.state": state_mark(str(private_state)),
         }
         assert any(str(tag).endswith(plan.reference) for tag in image["RepoTags"])
-        base = engine.inspect_image(plan.base.image_id)
+        stdlib = StateStore(private_state).image("stdlib")
+        assert stdlib is not None
+        base = engine.inspect_image(stdlib.image_id)
         assert base is not None
         if engine.name == "podman":
             # An export of the build box imported with the configuration as changes:
