@@ -7,6 +7,7 @@ pretending to be one) may send.
 
 from __future__ import annotations
 
+import io
 import socket
 import threading
 from collections.abc import Iterator
@@ -15,7 +16,14 @@ import pytest
 
 from pybox._core.errors import EngineError, EngineUnavailable
 from pybox._engine import DockerEngine, EngineEndpoint
-from pybox._engine.http1 import MAX_HEADERS, ProtocolError, exchange
+from pybox._engine.http1 import (
+    MAX_HEADERS,
+    BodyTooLarge,
+    ProtocolError,
+    body_pieces,
+    exchange,
+    read_head,
+)
 
 ENDPOINT = EngineEndpoint("/nonexistent/docker.sock", "a test")
 
@@ -183,3 +191,23 @@ def test_an_engine_that_never_finishes_answering_times_out() -> None:
     engine = DockerEngine(ENDPOINT, "1.41", transport=transport)
     with pytest.raises(EngineError, match=r"did not answer GET /containers/c0ffee/json within"):
         engine._call("GET", "/containers/c0ffee/json", timeout_s=0.2)
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: 2500\r\n\r\n" + b"x" * 2500,
+        b"Transfer-Encoding: chunked\r\n\r\n9C4\r\n" + b"x" * 2500 + b"\r\n0\r\n\r\n",
+        b"\r\n" + b"x" * 2500,  # to the end of the connection
+    ],
+)
+def test_a_body_in_pieces_is_the_body_never_more_than_a_piece_at_a_time(framing: bytes) -> None:
+    reader = io.BufferedReader(io.BytesIO(b"HTTP/1.1 200 OK\r\n" + framing))
+    status, headers = read_head(reader)
+    pieces = list(body_pieces(reader, status, headers, piece_bytes=1000))
+    assert b"".join(pieces) == b"x" * 2500
+    assert max(len(piece) for piece in pieces) <= 1000
+    reader = io.BufferedReader(io.BytesIO(b"HTTP/1.1 200 OK\r\n" + framing))
+    status, headers = read_head(reader)
+    with pytest.raises(BodyTooLarge):
+        list(body_pieces(reader, status, headers, max_body_bytes=2499, piece_bytes=1000))

@@ -23,12 +23,10 @@ from pybox._core.build_posture import (
     build_readback_requirements,
     build_requirements,
 )
-from pybox._core.errors import EngineError, ImageBuildError
+from pybox._core.errors import ImageBuildError
 from pybox._core.posture_podman import BUILD_MAPPINGS, MAPPINGS
 from pybox._core.readback import Requirement, check_requirements
 from pybox._core.seccomp import Confinement
-from pybox._engine.endpoint import EngineEndpoint
-from pybox._engine.podman import PodmanEngine
 from pybox._engine.specgen import BOX_NPROC, specgen
 from pybox._features.images import build_box
 from tests.unit.fake_engine import FakeEngine
@@ -195,37 +193,3 @@ def test_a_build_box_is_no_longer_refused_on_podman_and_is_read_back_mapped() ->
     assert "Libpod." in str(caught.value)
     docker = dataclasses.replace(SPEC, engine="docker")
     assert build_box.read_back_build_box(engine, docker, container_id).ok
-
-
-class _CommittingPodman(PodmanEngine):
-    """PodmanEngine over one canned commit answer."""
-
-    def __init__(self, answer: dict[str, Any]) -> None:
-        super().__init__(EngineEndpoint("/nowhere.sock", "test", "podman"), "1.41", "4.3.1")
-        self.answer = answer
-
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self.answer
-
-
-def test_podman_s_bare_commit_id_reads_as_docker_s_form() -> None:
-    """Podman 4.3 answers a commit with the digest alone (measured)."""
-    digest = "79b41122360bc39f5d0671013667ce5832f3855a38bc7f5a8c02c9e082d51309"
-    assert _CommittingPodman({"Id": digest}).commit("c", "r", "t", {}) == f"sha256:{digest}"
-    assert _CommittingPodman({"Id": f"sha256:{digest}"}).commit("c", "r", "t", {}) == (
-        f"sha256:{digest}"
-    )
-    for wrong in ("", "79b4", "Z" * 64, None):
-        with pytest.raises(EngineError, match="no image ID"):
-            _CommittingPodman({"Id": wrong}).commit("c", "r", "t", {})
-
-
-def test_a_lock_build_is_refused_on_podman_before_any_call() -> None:
-    """Podman 4.3's commit ignores the image configuration (measured): refused."""
-    from pybox._features.images.builds import refuse_lock_build_on_podman
-
-    engine = _PodmanFake()
-    with pytest.raises(ImageBuildError, match="commit ignores the image configuration"):
-        refuse_lock_build_on_podman(engine, "tools")
-    assert engine.calls == []
-    refuse_lock_build_on_podman(FakeEngine(), "tools")  # Docker: builds

@@ -202,14 +202,10 @@ class DockerEngine(NetworkCalls):
             body=config,
             timeout_s=1800.0,
         )
-        image_id = self._commit_id(self._field(result, "Id"))
+        image_id = self._field(result, "Id")
         if not isinstance(image_id, str) or not image_id.startswith("sha256:"):
             raise EngineError(f"The engine's commit returned no image ID: {result!r}")
         return image_id
-
-    def _commit_id(self, found: Any) -> Any:
-        """The image ID in a commit's answer, as the engine said it."""
-        return found
 
     def tag_image(self, reference: str, repo: str, tag: str) -> None:
         # The answer is not read: Docker's is empty, Podman's a bare newline.

@@ -1,7 +1,8 @@
 """HTTP/1.1 on one connected socket: as much of it as the Engine API needs.
 
-One request per connection, its answer read whole: a body by Content-Length,
-chunked, or up to the end of the connection. Not `http.client`: importing it
+One request per connection, its answer read whole, or in pieces as it arrives
+(`body_pieces`, for a body too large to hold): by Content-Length, chunked, or
+up to the end of the connection. Not `http.client`: importing it
 brings `ssl` and the `email` package along, several milliseconds on every
 `pybox` command that talks to the engine, for TLS and MIME parsing a local
 socket never uses. A transport that needs TLS wraps its socket itself.
@@ -10,12 +11,14 @@ socket never uses. A transport that needs TLS wraps its socket itself.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 # Bounds on what pybox reads before the body, as http.client has them.
 MAX_LINE_BYTES = 65536
 MAX_HEADERS = 100
+# The most of a body read at once when it is given in pieces (`body_pieces`).
+PIECE_BYTES = 1024 * 1024
 # Methods that carry a body: without one they say so (Content-Length: 0).
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
@@ -109,6 +112,13 @@ def send_request(
 def read_response(
     reader: _Reader, method: str = "GET", max_body_bytes: int | None = None
 ) -> Response:
+    status, headers = read_head(reader)
+    body = b"".join(body_pieces(reader, status, headers, method, max_body_bytes))
+    return Response(status, headers, body)
+
+
+def read_head(reader: _Reader) -> tuple[int, Headers]:
+    """The final answer's status and header fields (an interim 100 Continue skipped)."""
     while True:
         status_line = _line(reader)
         if not status_line:
@@ -116,25 +126,41 @@ def read_response(
         status = _status(status_line)
         headers = _headers(reader)
         if not (100 <= status < 200) or status == 101:
-            break  # an interim answer (100 Continue) is followed by the real one
+            return status, headers  # an interim answer is followed by the real one
+
+
+def body_pieces(
+    reader: _Reader,
+    status: int,
+    headers: Headers,
+    method: str = "GET",
+    max_body_bytes: int | None = None,
+    piece_bytes: int = PIECE_BYTES,
+) -> Iterator[bytes]:
+    """The answer's body as it arrives, in pieces of at most `piece_bytes`: by
+    Content-Length, chunked, or up to the end of the connection. `BodyTooLarge`
+    as soon as it is known to be longer than `max_body_bytes` (a Content-Length
+    that says so: before any of it is read)."""
     if method == "HEAD" or status in (101, 204, 304):
-        return Response(status, headers, b"")
+        return
     if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
-        return Response(status, headers, _chunked_body(reader, max_body_bytes))
+        yield from _chunked_pieces(reader, max_body_bytes, piece_bytes)
+        return
     length = headers.get("Content-Length")
     if length is None:
-        if max_body_bytes is None:
-            return Response(status, headers, reader.read())
         # One byte more than allowed tells "too long" from "exactly the limit".
-        body = reader.read(max_body_bytes + 1)
-        if len(body) > max_body_bytes:
-            raise BodyTooLarge(max_body_bytes)
-        return Response(status, headers, body)
+        total = 0
+        while piece := reader.read(piece_bytes):
+            total += len(piece)
+            if max_body_bytes is not None and total > max_body_bytes:
+                raise BodyTooLarge(max_body_bytes)
+            yield piece
+        return
     if not length.strip().isdigit():
         raise ProtocolError(f"the answer's Content-Length is {length!r}")
     if max_body_bytes is not None and int(length) > max_body_bytes:
         raise BodyTooLarge(max_body_bytes)
-    return Response(status, headers, _exactly(reader, int(length)))
+    yield from _exact_pieces(reader, int(length), piece_bytes)
 
 
 class _Reader(Protocol):
@@ -182,8 +208,9 @@ def _headers(reader: _Reader) -> Headers:
             raise ProtocolError(f"the answer has more than {MAX_HEADERS} header fields")
 
 
-def _chunked_body(reader: _Reader, max_body_bytes: int | None = None) -> bytes:
-    parts: list[bytes] = []
+def _chunked_pieces(
+    reader: _Reader, max_body_bytes: int | None, piece_bytes: int
+) -> Iterator[bytes]:
     total = 0
     while True:
         size_text = _line(reader).split(b";", 1)[0].strip()
@@ -198,16 +225,19 @@ def _chunked_body(reader: _Reader, max_body_bytes: int | None = None) -> bytes:
         total += size
         if max_body_bytes is not None and total > max_body_bytes:
             raise BodyTooLarge(max_body_bytes)
-        parts.append(_exactly(reader, size))
+        yield from _exact_pieces(reader, size, piece_bytes)
         if _line(reader) not in (b"\r\n", b"\n"):
             raise ProtocolError("a chunk of the answer does not end where its size says")
     while _line(reader) not in (b"\r\n", b"\n", b""):  # trailer fields, not used
         pass
-    return b"".join(parts)
 
 
-def _exactly(reader: _Reader, size: int) -> bytes:
-    data = reader.read(size)
-    if len(data) < size:
-        raise ProtocolError(f"the answer stopped after {len(data)} of {size} bytes")
-    return data
+def _exact_pieces(reader: _Reader, size: int, piece_bytes: int) -> Iterator[bytes]:
+    """`size` bytes in pieces; `ProtocolError` when the answer stops short."""
+    left = size
+    while left:
+        piece = reader.read(min(left, piece_bytes))
+        if not piece:
+            raise ProtocolError(f"the answer stopped after {size - left} of {size} bytes")
+        left -= len(piece)
+        yield piece

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Self
 
 from pybox._core.errors import EngineAnswerTooLarge, EngineError
 from pybox._engine.endpoint import EngineEndpoint
 from pybox._engine.errors import api_error, connection_lost, unreachable
-from pybox._engine.http1 import BodyTooLarge, Headers, ProtocolError, exchange
+from pybox._engine.http1 import (
+    BodyTooLarge,
+    Headers,
+    ProtocolError,
+    body_pieces,
+    exchange,
+    read_head,
+    send_request,
+)
 from pybox._engine.interface import JSONObject
 from pybox._engine.stream import DockerAttachStream
 from pybox._engine.transport import Transport, UnixTransport
@@ -28,6 +38,8 @@ MAX_API_VERSION = (1, 47)
 
 DEFAULT_TIMEOUT_S = 60.0
 _HIJACK_HEADER_BYTES = 65536
+# The most of a refusal's body read when a download is refused.
+_REFUSAL_MAX_BYTES = 1024 * 1024
 # An empty credential: pybox pushes and pulls only where no login is needed.
 NO_AUTH = {"X-Registry-Auth": base64.urlsafe_b64encode(b"{}").decode()}
 
@@ -142,10 +154,20 @@ class EngineHTTP:
         if payload is not None:
             headers["Content-Type"] = content_type
         sock = None
+        with self._mapped(method, path, timeout_s):
+            try:
+                sock = self._transport.open(timeout_s)
+                response = exchange(sock, method, full_path, headers, payload, max_body_bytes)
+                return response.status, response.body, response.headers
+            finally:
+                if sock is not None:
+                    sock.close()
+
+    @contextmanager
+    def _mapped(self, method: str, path: str, timeout_s: float) -> Iterator[None]:
+        """Transport and protocol failures of one request, as pybox's exceptions."""
         try:
-            sock = self._transport.open(timeout_s)
-            response = exchange(sock, method, full_path, headers, payload, max_body_bytes)
-            return response.status, response.body, response.headers
+            yield
         except BodyTooLarge as exc:
             raise EngineAnswerTooLarge(
                 f"The engine's answer to {method} {path} is larger than {exc.limit_bytes} "
@@ -160,9 +182,42 @@ class EngineHTTP:
             raise unreachable(self._endpoint, exc) from exc
         except (OSError, ProtocolError) as exc:
             raise connection_lost(self._endpoint, f"{method} {path}", exc) from exc
-        finally:
-            if sock is not None:
-                sock.close()
+
+    def _download(
+        self,
+        path: str,
+        *,
+        what: str,
+        max_body_bytes: int,
+        idle_timeout_s: float,
+        deadline_s: float,
+    ) -> Generator[bytes, None, None]:
+        """GET `path`'s body in pieces as they arrive, never held whole: an answer
+        other than 200 is a refusal, a body longer than `max_body_bytes` is
+        `EngineAnswerTooLarge`, a wait of `idle_timeout_s` for the next piece or a
+        whole download past `deadline_s` an `EngineError`. Close the iterator
+        (`contextlib.closing`) to close the connection early."""
+        started = time.monotonic()
+        sock = None
+        with self._mapped("GET", path, idle_timeout_s):
+            try:
+                sock = self._transport.open(idle_timeout_s)
+                send_request(sock, "GET", self._path(path, None, True), {"Host": "docker"})
+                with sock.makefile("rb") as reader:
+                    status, headers = read_head(reader)
+                    if status != 200:
+                        refusal = body_pieces(reader, status, headers, "GET", _REFUSAL_MAX_BYTES)
+                        raise api_error(what, status, b"".join(refusal))
+                    for piece in body_pieces(reader, status, headers, "GET", max_body_bytes):
+                        yield piece
+                        if time.monotonic() - started > deadline_s:
+                            raise EngineError(
+                                f"The engine did not finish {what} within {deadline_s:g} s; "
+                                "pybox stopped reading it."
+                            )
+            finally:
+                if sock is not None:
+                    sock.close()
 
     def _call(
         self,

@@ -10,6 +10,8 @@ cannot say what pybox asks for:
 - inspect answers the compatible document with Podman's own beside it, under
   `"Libpod"`, so the posture can read what only Podman's answer holds (the
   cgroup namespace, the bounding capabilities, the runtime, the cgroup path);
+- a commit is an export of the box's filesystem imported with the image's
+  configuration as changes (`pybox._engine.podman_commit`): one flat layer;
 - a box whose stdin must outlive its creator's connection (a sandbox) gets a
   keeper process that holds one attach connection for the box's lifetime, and
   every attach to it goes through the keeper (`pybox._engine.keeper`).
@@ -19,16 +21,24 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from pybox._core.egress_posture import INHIBIT_IPV4
-from pybox._core.errors import EngineError
+from pybox._core.errors import EngineAnswerTooLarge, EngineError
 from pybox._core.seccomp import profile_sha256
 from pybox._engine.client import DockerEngine
 from pybox._engine.interface import JSONObject
 from pybox._engine.keeper import connect_keeper, start_keeper
+from pybox._engine.podman_commit import (
+    EXPORT_DEADLINE_S,
+    EXPORT_IDLE_TIMEOUT_S,
+    EXPORT_MAX_BYTES,
+    config_problem,
+    import_changes,
+)
 from pybox._engine.specgen import PodmanUnsupported, needs_keeper, specgen
 from pybox._engine.stream import DockerAttachStream
 
@@ -41,7 +51,6 @@ ENGINE_NAME = "podman"
 # has unmounted it, `exited` the same box after the cleanup; both are Docker's
 # `exited`. Every other state is Docker's word already.
 DOCKER_STATES = {"stopped": "exited"}
-HEX = frozenset("0123456789abcdef")
 # Why an egress `packages` network cannot be made on Podman 4.3 (netavark),
 # measured here: it answers Docker's bridge options with "is not a recognized
 # option" and drops them, and it gives the host the gateway address of every
@@ -142,12 +151,52 @@ class PodmanEngine(DockerEngine):
                 raise
         return container_id
 
-    def _commit_id(self, found: Any) -> Any:
-        """Podman answers a commit with the image's digest alone; its inspect says
-        `sha256:<digest>`, Docker's form, and so does pybox."""
-        if isinstance(found, str) and len(found) == 64 and all(c in HEX for c in found):
-            return f"sha256:{found}"
-        return found
+    def commit(self, container_id: str, repo: str, tag: str, config: JSONObject) -> str:
+        """The stopped box's filesystem exported and imported as one flat layer, with
+        exactly `config` said as changes (`pybox._engine.podman_commit`): Podman's own
+        commits cannot say it. The export streams into the import, never held whole;
+        the image is read back and removed again if its configuration differs."""
+        changes = import_changes(config)
+        export = self._download(
+            f"/containers/{container_id}/export",
+            what=f"the export of {container_id[:12]}'s filesystem",
+            max_body_bytes=EXPORT_MAX_BYTES,
+            idle_timeout_s=EXPORT_IDLE_TIMEOUT_S,
+            deadline_s=EXPORT_DEADLINE_S,
+        )
+        try:
+            with closing(export):
+                image_id = self.import_image(export, repo, tag, changes)
+        except EngineAnswerTooLarge as exc:
+            raise EngineError(
+                f"The filesystem of {container_id[:12]} is larger than {exc.limit_bytes} bytes "
+                f"({exc.limit_bytes / 1024**3:.3g} GiB), the most pybox exports into an image "
+                "on Podman; the import was cut short and no image was made."
+            ) from None
+        problem = config_problem(config, self.inspect_image(image_id))
+        if problem is not None:
+            self.remove_image(image_id)
+            raise EngineError(
+                f"Podman imported {repo}:{tag} as {image_id[:19]} but {problem}; "
+                "the image was removed."
+            )
+        return image_id
+
+    def import_image(
+        self, tar_chunks: Iterable[bytes], repo: str, tag: str, changes: list[str]
+    ) -> str:
+        """Podman 4.3's compatible import names the image `repo:latest`, whatever tag
+        it is asked for (measured): the asked tag is added and that `latest` dropped."""
+        image_id = super().import_image(tar_chunks, repo, tag, changes)
+        if tag == "latest":
+            return image_id
+        self.tag_image(image_id, repo, tag)
+        found = self.inspect_image(image_id) or {}
+        for reference in found.get("RepoTags") or []:
+            # Podman names a short `repo` with its registry (`docker.io/pybox/...`).
+            if str(reference) == f"{repo}:latest" or str(reference).endswith(f"/{repo}:latest"):
+                self.remove_image(str(reference))  # an untag: the asked tag stays
+        return image_id
 
     def attach(self, container_id: str) -> DockerAttachStream:
         """Through the box's keeper when it has one, else the engine's attach."""

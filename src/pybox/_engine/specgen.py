@@ -44,10 +44,11 @@ class PodmanUnsupported(EngineCannotApply):
     """A field of the box Podman cannot be asked for: the box is refused before any
     call (like an engine refusing a create: no box exists)."""
 
-    def __init__(self, field: str, value: Any, why: str) -> None:
+    def __init__(self, field: str, value: Any, why: str, *, subject: str = "box") -> None:
+        weaker = "run it weaker" if subject == "box" else "make it weaker"
         super().__init__(
-            f"Podman cannot apply the box's {field}={value!r} ({why}); pybox refuses the box "
-            "rather than run it weaker. Use Docker for this box, or drop the setting.",
+            f"Podman cannot apply the {subject}'s {field}={value!r} ({why}); pybox refuses the "
+            f"{subject} rather than {weaker}. Use Docker for this {subject}, or drop the setting.",
             status=400,
             engine_message=f"pybox's Podman adapter cannot apply {field} ({why})",
         )

@@ -14,7 +14,9 @@ Steps: create -> read back -> detach network -> put build inputs -> start -> ven
 attach network, pip install --require-hashes --only-binary=:all:
 --no-cache-dir, detach network -> check (installed == locked, no network) ->
 clean -> stop -> commit (sane environment, pybox labels) -> record. The box is
-removed, and confirmed gone, on every exit path.
+removed, and confirmed gone, on every exit path. On Podman the commit is an
+export of the box's filesystem imported with the image's configuration, one
+flat layer (`pybox._engine.podman_commit`).
 """
 
 from __future__ import annotations
@@ -137,7 +139,6 @@ def build_lock_image(
         f"{plural(len(plan.lock.requirements), 'locked package')} from {plan.lock_path} "
         f"on stdlib {plan.base.image_id[:19]}"
     )
-    refuse_lock_build_on_podman(engine, plan.name)
     progress(f"pip's configuration: {pip.describe()}")
     for option, why in pip.skipped:
         progress(f"  not passed to the build box: {option} ({why})")
@@ -241,8 +242,9 @@ def build_lock_image(
         engine.kill_container(container_id)
         engine.wait_container(container_id, timeout_s=30.0)
         repo, tag = plan.reference.split(":", 1)
+        how = " (export and import: one flat layer)" if engine.name == "podman" else ""
         image_id = box.step(
-            f"commit as {plan.reference}",
+            f"commit as {plan.reference}{how}",
             lambda: engine.commit(
                 container_id, repo, tag, _image_config(plan, state_mark(str(state.root)))
             ),
@@ -275,20 +277,6 @@ def build_lock_image(
         f"{record.python or 'a Python that did not say which it is'}) in {state.images_file}"
     )
     return BuildResult(record, True, tuple(box.steps), interfaces)
-
-
-def refuse_lock_build_on_podman(engine: Engine, name: str) -> None:
-    """Refused before anything is made: Podman 4.3's commit (`POST /commit`) ignores
-    the image configuration pybox sends, measured (docs/engines.md, "Build boxes
-    on Podman"). Install boxes commit nothing and run on Podman."""
-    if engine.name == "podman":
-        raise ImageBuildError(
-            f"Building {name} commits a build box, which pybox does not do on Podman yet: "
-            "Podman 4.3's commit ignores the image configuration pybox sends (the "
-            "committed image kept the build box's user 0:0 and labels; docs/engines.md, "
-            "'Build boxes on Podman'). Nothing was made; build lock images with Docker "
-            "(PYBOX_ENGINE=docker)."
-        )
 
 
 def _check_python(plan: LockBuildPlan, python: BoxPython | None, say: Progress) -> None:
