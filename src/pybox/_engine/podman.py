@@ -29,6 +29,8 @@ from pybox._core.seccomp import profile_sha256
 from pybox._engine.client import DockerEngine
 from pybox._engine.interface import JSONObject
 from pybox._engine.keeper import connect_keeper, start_keeper
+from pybox._engine.plumbing import NO_AUTH
+from pybox._engine.registry_calls import pull_query, pulled_id, tls_query
 from pybox._engine.specgen import PodmanUnsupported, needs_keeper, specgen
 from pybox._engine.stream import DockerAttachStream
 
@@ -141,6 +143,21 @@ class PodmanEngine(DockerEngine):
                 self.remove_container(container_id)
                 raise
         return container_id
+
+    def _registry_query(self, repository: str) -> dict[str, str]:
+        return tls_query(repository)
+
+    def pull_image(self, repo: str, digest: str, platform: str) -> None:
+        """Through Podman's own pull: its compatible one ignores `tlsVerify`."""
+        reference = f"{repo}@{digest}"
+        events = self._progress(
+            f"to pull {reference}",
+            f"{LIBPOD}/images/pull",
+            query=pull_query(repo, digest, platform),
+            versioned=False,
+            extra_headers=NO_AUTH,
+        )
+        pulled_id(events, reference)
 
     def _commit_id(self, found: Any) -> Any:
         """Podman answers a commit with the image's digest alone; its inspect says
