@@ -11,6 +11,7 @@ from pybox._core.errors import EngineAPIError, EngineError
 from pybox._engine.interface import ARCHIVE_MAX_BYTES, JSONObject
 from pybox._engine.networks import NetworkCalls
 from pybox._engine.plumbing import NO_AUTH
+from pybox._engine.registry_calls import pushed_digest
 from pybox._engine.stream import DockerAttachStream
 
 
@@ -291,14 +292,18 @@ class DockerEngine(NetworkCalls):
         events = self._progress(
             f"to push {repo}:{tag}",
             f"/images/{urllib.parse.quote(repo, safe='')}/push",
-            query={"tag": tag},
+            query={"tag": tag, **self._registry_query(repo)},
             extra_headers=NO_AUTH,
         )
-        for event in events:
-            aux = event.get("aux")
-            if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
-                return str(aux["Digest"])
-        raise EngineError(f"The push of {repo}:{tag} reported no digest: {events[-3:]!r}")
+        digest = pushed_digest(events)
+        if digest is None:
+            raise EngineError(f"The push of {repo}:{tag} reported no digest: {events[-3:]!r}")
+        return digest
+
+    def _registry_query(self, repository: str) -> dict[str, str]:
+        """What a push or pull to `repository`'s registry adds (Docker: nothing; it
+        treats a loopback registry as plain HTTP itself)."""
+        return {}
 
     def pull_image(self, repo: str, digest: str, platform: str) -> None:
         """Pull exactly `repo@digest` for `platform`; the engine checks the content hash."""

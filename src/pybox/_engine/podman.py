@@ -32,6 +32,7 @@ from pybox._core.seccomp import profile_sha256
 from pybox._engine.client import DockerEngine
 from pybox._engine.interface import JSONObject
 from pybox._engine.keeper import connect_keeper, start_keeper
+from pybox._engine.plumbing import NO_AUTH
 from pybox._engine.podman_commit import (
     EXPORT_DEADLINE_S,
     EXPORT_IDLE_TIMEOUT_S,
@@ -39,6 +40,7 @@ from pybox._engine.podman_commit import (
     config_problem,
     import_changes,
 )
+from pybox._engine.registry_calls import pull_query, pulled_id, tls_query
 from pybox._engine.specgen import PodmanUnsupported, needs_keeper, specgen
 from pybox._engine.stream import DockerAttachStream
 
@@ -197,6 +199,21 @@ class PodmanEngine(DockerEngine):
             if str(reference) == f"{repo}:latest" or str(reference).endswith(f"/{repo}:latest"):
                 self.remove_image(str(reference))  # an untag: the asked tag stays
         return image_id
+
+    def _registry_query(self, repository: str) -> dict[str, str]:
+        return tls_query(repository)
+
+    def pull_image(self, repo: str, digest: str, platform: str) -> None:
+        """Through Podman's own pull: its compatible one ignores `tlsVerify`."""
+        reference = f"{repo}@{digest}"
+        events = self._progress(
+            f"to pull {reference}",
+            f"{LIBPOD}/images/pull",
+            query=pull_query(repo, digest, platform),
+            versioned=False,
+            extra_headers=NO_AUTH,
+        )
+        pulled_id(events, reference)
 
     def attach(self, container_id: str) -> DockerAttachStream:
         """Through the box's keeper when it has one, else the engine's attach."""
