@@ -12,13 +12,8 @@ from pybox._core.errors import EngineUnavailable
 from pybox._engine import DockerEngine, EngineEndpoint
 from pybox._engine.errors import unreachable
 from pybox._frontends.cli import main
-from pybox._orchestration.doctor import (
-    ENGINE_UNREACHABLE,
-    START_ENGINE,
-    access_step,
-    diagnose,
-    engine_next_step,
-)
+from pybox._orchestration.doctor import ENGINE_UNREACHABLE, diagnose
+from pybox._orchestration.engine_steps import START_ENGINE, access_step, engine_next_step
 
 
 @pytest.fixture

@@ -7,10 +7,7 @@ to run next.
 
 from __future__ import annotations
 
-import grp
-import os
 import platform
-import pwd
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,7 +18,7 @@ from pybox._adapters.confinement import host_apparmor, seccomp_profile
 from pybox._adapters.host_facts import owner_alive
 from pybox._adapters.state import StateStore
 from pybox._core.display import plural
-from pybox._core.errors import ConfigError, PyboxError
+from pybox._core.errors import PyboxError
 from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER
 from pybox._core.seccomp import (
     ENGINE_APPARMOR_PROFILE,
@@ -41,69 +38,13 @@ from pybox._engine import (
 from pybox._features.images.records import check_images, other_users_image_hint
 from pybox._features.vm.control import colima_state_dict, vm_state
 from pybox._orchestration.engine_checks import limits_problem, podman_start_hint
+from pybox._orchestration.engine_steps import START_ENGINE, engine_next_step
 from pybox._orchestration.hosts import NO_TOOL_PATHS, ToolPaths, make_colima, open_host
 from pybox._version import __version__
 
 DOCTOR_VERSION = 1  # fields are only ever added within a version
 READY_COMMAND = "echo 'print(6*7)' | pybox exec -"
 ENGINE_UNREACHABLE = "unknown: engine unreachable"
-INSTALL_ENGINE = "sudo apt-get install docker.io && sudo systemctl start docker"
-START_ENGINE = "sudo systemctl start docker"
-
-
-def _cause(exc: BaseException) -> BaseException:
-    """The OS error under a pybox error, when there is one (the engine adapter chains it)."""
-    while exc.__cause__ is not None:
-        exc = exc.__cause__
-    return exc
-
-
-def socket_group_step(socket_path: str) -> str:
-    """The next step when this user may not open the engine's socket.
-
-    Membership in the socket's group only takes effect at the next login, so a
-    user already listed in the group is told to log in again, not to add it twice.
-    """
-    user = pwd.getpwuid(os.getuid()).pw_name
-    try:
-        gid = os.stat(socket_path).st_gid
-        group = grp.getgrgid(gid).gr_name
-        listed = user in grp.getgrgid(gid).gr_mem or pwd.getpwnam(user).pw_gid == gid
-    except (OSError, KeyError):
-        group, gid, listed = "docker", -1, False
-    return access_step(user, group, listed=listed, active=gid in os.getgroups())
-
-
-def access_step(user: str, group: str, *, listed: bool, active: bool) -> str:
-    if listed and not active:
-        return (
-            f"{user} is in the {group} group but this login session is not yet: log out and "
-            f"in again (or start a shell with `newgrp {group}`)"
-        )
-    return (
-        f"add your user to the {group} group and log in again: sudo usermod -aG {group} "
-        f"{user}, then log out and in"
-    )
-
-
-def engine_next_step(
-    exc: BaseException, socket_path: str | None, start_hint: str, *, found_by: str = ""
-) -> str:
-    """The step that fixes why the engine could not be reached; never a guess past the cause."""
-    if isinstance(exc, ConfigError):
-        return "unset DOCKER_HOST, or set it to the engine's unix:// socket"
-    cause = _cause(exc)
-    if isinstance(cause, PermissionError) and socket_path:
-        return socket_group_step(socket_path)
-    if isinstance(cause, FileNotFoundError) and socket_path and found_by == "DOCKER_HOST":
-        # The user chose this path: the fix may be the variable, not the engine.
-        return (
-            f"DOCKER_HOST names {socket_path}, which does not exist: point DOCKER_HOST at "
-            f"the engine's socket or unset it (no engine installed? {INSTALL_ENGINE})"
-        )
-    if isinstance(cause, FileNotFoundError) or socket_path is None:
-        return INSTALL_ENGINE if start_hint == START_ENGINE else start_hint
-    return start_hint
 
 
 def engine_facts(engine: Engine, info: JSONObject) -> dict[str, Any]:
@@ -138,15 +79,6 @@ def leftover_boxes(
             }
         )
     return boxes
-
-
-def engine_problem_step(environ: Mapping[str, str], exc: BaseException) -> str:
-    """The next step for a local engine that could not be reached (for `pybox setup`)."""
-    try:
-        endpoint = find_endpoint(environ)
-    except PyboxError:
-        return engine_next_step(exc, None, START_ENGINE)
-    return engine_next_step(exc, endpoint.socket_path, START_ENGINE, found_by=endpoint.found_by)
 
 
 def _problem(problems: list[dict[str, str]], what: str, detail: str, next_step: str) -> None:

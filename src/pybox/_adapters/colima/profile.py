@@ -11,8 +11,8 @@ SSH config or Colima template. This module is the only code that runs `colima`:
   runs either; `DOCKER_CONFIG` points at a folder of pybox's own, so the docker
   context Colima creates for the profile lands there, not in `~/.docker`.
 - The VM's settings are read back (`colima status --json`, the profile's
-  `colima.yaml` and Lima's `lima.yaml`) and the VM is refused when a host
-  folder is mounted or a port can be forwarded.
+  `colima.yaml` and Lima's `lima.yaml`, `isolation.py`) and the VM is refused
+  when a host folder is mounted or a port can be forwarded.
 - Kernel counters of a box are read inside the VM through `colima ssh`
   (`sampler.py`).
 """
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pybox._adapters import simple_yaml
+from pybox._adapters.colima import isolation
 from pybox._adapters.colima.tools import HostTool
 from pybox._core.errors import PlatformError, VMIsolationError
 from pybox._engine import EngineEndpoint
@@ -289,20 +289,6 @@ class Colima:
 
     # -- isolation ----------------------------------------------------------------------
 
-    def _read_yaml(self, path: Path, problems: list[str]) -> dict[str, Any] | None:
-        try:
-            data = simple_yaml.load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            problems.append(f"{path} does not exist, so the VM's settings cannot be verified")
-            return None
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            problems.append(f"{path} cannot be read, so the VM cannot be verified: {exc}")
-            return None
-        if not isinstance(data, dict):
-            problems.append(f"{path} is not a settings mapping")
-            return None
-        return data
-
     def isolation_problems(self, status: VMStatus) -> list[str]:
         """Everything that makes the running profile unlike the one pybox started."""
         problems: list[str] = []
@@ -317,47 +303,8 @@ class Colima:
         return problems + self.config_problems()
 
     def config_problems(self) -> list[str]:
-        """What the profile's own files say against isolation (cheap: two local reads)."""
-        problems: list[str] = []
-        profile = self._read_yaml(self.profile_config, problems)
-        if profile is not None:
-            for mount in profile.get("mounts") or []:
-                location = mount.get("location") if isinstance(mount, dict) else mount
-                if str(location).strip().lower() != "none":
-                    problems.append(f"{self.profile_config} mounts the host folder {location!r}")
-            forwarder = profile.get("portForwarder")
-            if str(forwarder).lower() != "none":
-                problems.append(
-                    f"{self.profile_config} sets portForwarder {forwarder!r}, not 'none'"
-                )
-            kubernetes = profile.get("kubernetes")
-            if isinstance(kubernetes, dict) and kubernetes.get("enabled"):
-                problems.append(f"{self.profile_config} enables Kubernetes")
-            if profile.get("runtime") not in (None, "docker"):
-                problems.append(f"{self.profile_config} sets runtime {profile.get('runtime')!r}")
-        lima = self._read_yaml(self.lima_config, problems)
-        if lima is not None:
-            for mount in lima.get("mounts") or []:
-                location = mount.get("location") if isinstance(mount, dict) else mount
-                problems.append(f"{self.lima_config} mounts the host folder {location!r}")
-            for rule in lima.get("portForwards") or []:
-                reason = self._forward_problem(rule)
-                if reason:
-                    problems.append(f"{self.lima_config}: {reason}")
-        return problems
-
-    def _forward_problem(self, rule: Any) -> str | None:
-        """Only rules that forward nothing, or the engine's unix socket into the
-        profile's own folder, are allowed."""
-        if not isinstance(rule, dict):
-            return f"unreadable port-forward rule {rule!r}"
-        if rule.get("ignore") is True:
-            return None
-        host_socket = rule.get("hostSocket")
-        if rule.get("guestSocket") and isinstance(host_socket, str):
-            inside = os.path.abspath(host_socket).startswith(str(self.colima_home) + os.sep)
-            return None if inside else f"a socket is forwarded to {host_socket}, outside Colima"
-        return f"a port-forward rule is active: {rule!r}"
+        """What the profile's own files say against isolation (`isolation.py`)."""
+        return isolation.config_problems(self.profile_config, self.lima_config, self.colima_home)
 
     def verified_endpoint(self) -> tuple[EngineEndpoint, VMStatus]:
         """The engine socket of the running, verified profile; refuses anything else."""

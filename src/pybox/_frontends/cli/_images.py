@@ -26,7 +26,8 @@ from pybox._frontends.cli._common import (
     say,
     tool_paths,
 )
-from pybox._orchestration.doctor import READY_COMMAND, engine_problem_step
+from pybox._orchestration.doctor import READY_COMMAND
+from pybox._orchestration.engine_steps import engine_problem_step
 from pybox._orchestration.session import Session
 
 

@@ -8,7 +8,8 @@ response or a JSON-RPC error; notifications never get either. Nothing a client
 sends raises out of the dispatcher.
 
 The era is decided per request (`_eras`); what a client shares across its
-messages is its `Connection` (`_connection`).
+messages is its `Connection` (`_connection`); what each method answers is in
+`_methods`.
 """
 
 from __future__ import annotations
@@ -17,73 +18,29 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from pybox._core.errors import PyboxError
-from pybox._frontends.mcp import _experimentresources as experiment_resources
 from pybox._frontends.mcp._connection import Connection, log
 from pybox._frontends.mcp._eras import version_for
+from pybox._frontends.mcp._methods import Reply, answer, shape
 from pybox._frontends.mcp._protocol import (
-    ALL_VERSIONS,
-    ARGUMENT_ERRORS_AS_RESULTS_SINCE,
-    HANDSHAKE_VERSIONS,
     INTERNAL_ERROR,
-    INVALID_PARAMS,
     INVALID_REQUEST,
     JSONRPC_VERSION,
-    META_SERVER_INFO,
-    METHOD_NOT_FOUND,
-    MODERN_VERSIONS,
     PARSE_ERROR,
-    RESOURCE_NOT_FOUND_HANDSHAKE,
-    STRUCTURED_SINCE,
-    ArgumentError,
     JSONObject,
     RequestId,
     RpcError,
     decode,
     error_response,
     is_request_id,
-    notification,
     result_response,
-    version_at_least,
 )
-from pybox._frontends.mcp._resources import (
-    ResourceNotFound,
-    read,
-    run_resources,
-    static_resources,
-    templates,
-)
-from pybox._frontends.mcp._toolbox import CallContext, Cancelled, Toolbox, text_result
-from pybox._version import __version__
+from pybox._frontends.mcp._toolbox import Cancelled, Toolbox
 
-Reply = Callable[[JSONObject | None], None]
-
-SERVER_INFO: JSONObject = {"name": "pybox", "title": "pybox sandbox", "version": __version__}
-INSTRUCTIONS = (
-    "pybox runs Python in fresh, sealed sandbox boxes (no network, no host files). Use "
-    "run_python for short programs; start_run, get_result and stop_run for long ones. Read "
-    "pybox://capabilities for the exact limits and images before asking for more."
-)
-SERVER_CAPABILITIES: JSONObject = {
-    "tools": {"listChanged": False},
-    "resources": {"subscribe": False, "listChanged": False},
-}
-# How long a client may cache list and read results (2026-07-28 `ttlMs`).
-TOOLS_TTL_MS = 60_000
-CAPABILITIES_TTL_MS = 60_000
-FINISHED_RUN_TTL_MS = 3_600_000
 MAX_NESTING = 64
-
-CACHEABLE = {
-    "server/discover",
-    "tools/list",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-}
 
 
 def _nesting_ok(value: Any, depth: int = 0) -> bool:
@@ -253,8 +210,8 @@ class Dispatcher:
         reply: Reply,
     ) -> None:
         try:
-            result = self._method(conn, method, params, version, cancel, reply)
-            reply(result_response(request_id, self._shape(method, version, result)))
+            result = answer(self.toolbox, conn, method, params, version, cancel, reply)
+            reply(result_response(request_id, shape(method, version, result)))
         except Cancelled:
             reply(None)
         except RpcError as error:
@@ -266,147 +223,6 @@ class Dispatcher:
             reply(error_response(request_id, _internal(exc)))
         finally:
             conn.end(request_id)
-
-    def _method(
-        self,
-        conn: Connection,
-        method: str,
-        params: JSONObject,
-        version: str | None,
-        cancel: threading.Event,
-        reply: Reply,
-    ) -> JSONObject:
-        modern = version in MODERN_VERSIONS
-        if method == "initialize" and not modern:
-            return self._initialize(conn, params)
-        if method == "ping" and not modern:
-            return {}
-        if method == "server/discover":
-            return {
-                "supportedVersions": list(ALL_VERSIONS),
-                "capabilities": SERVER_CAPABILITIES,
-                "serverInfo": SERVER_INFO,
-                "instructions": INSTRUCTIONS,
-            }
-        if method == "tools/list":
-            _page_params(params)
-            return {"tools": [self._tool_for(version, t) for t in self.toolbox.tools()]}
-        if method == "tools/call":
-            return self._call_tool(params, version, cancel, reply)
-        if method == "resources/list":
-            _page_params(params)
-            runs = self.toolbox.registry.recent()
-            return {
-                "resources": static_resources()
-                + experiment_resources.listed(self.toolbox)
-                + run_resources(runs)
-            }
-        if method == "resources/templates/list":
-            _page_params(params)
-            return {"resourceTemplates": templates() + experiment_resources.templates(self.toolbox)}
-        if method == "resources/read":
-            return self._read(params, version)
-        raise RpcError(
-            METHOD_NOT_FOUND,
-            f"Method not found: {method!r}. This server offers tools and resources "
-            "(tools/list, tools/call, resources/list, resources/read, "
-            "resources/templates/list).",
-        )
-
-    def _initialize(self, conn: Connection, params: JSONObject) -> JSONObject:
-        requested = params.get("protocolVersion")
-        if not isinstance(requested, str):
-            raise RpcError(INVALID_PARAMS, "initialize: protocolVersion must be a string.")
-        capabilities = params.get("capabilities", {})
-        if not isinstance(capabilities, dict):
-            raise RpcError(INVALID_PARAMS, "initialize: capabilities must be an object.")
-        chosen = requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
-        conn.protocol_version = chosen
-        conn.client_info = params.get("clientInfo")
-        return {
-            "protocolVersion": chosen,
-            "capabilities": SERVER_CAPABILITIES,
-            "serverInfo": SERVER_INFO,
-            "instructions": INSTRUCTIONS,
-        }
-
-    def _tool_for(self, version: str | None, tool: JSONObject) -> JSONObject:
-        if version is None or version_at_least(version, STRUCTURED_SINCE):
-            return tool
-        return {k: v for k, v in tool.items() if k not in ("title", "outputSchema")}
-
-    def _call_tool(
-        self, params: JSONObject, version: str | None, cancel: threading.Event, reply: Reply
-    ) -> JSONObject:
-        name = params.get("name")
-        if not isinstance(name, str):
-            raise RpcError(INVALID_PARAMS, "tools/call: name must be a string (a tool's name).")
-        arguments = params.get("arguments", {})
-        if arguments is None:
-            arguments = {}
-        if not isinstance(arguments, dict):
-            raise RpcError(INVALID_PARAMS, "tools/call: arguments must be an object.")
-        token = (params.get("_meta") or {}).get("progressToken")
-        progress = None
-        if is_request_id(token):
-
-            def progress(done: float, total: float | None, message: str) -> None:
-                body: JSONObject = {"progressToken": token, "progress": done, "message": message}
-                if total is not None:
-                    body["total"] = total
-                reply(notification("notifications/progress", body))
-
-        try:
-            result = self.toolbox.call(name, arguments, CallContext(cancel, progress))
-        except ArgumentError as exc:
-            if version is not None and not version_at_least(
-                version, ARGUMENT_ERRORS_AS_RESULTS_SINCE
-            ):
-                raise
-            return text_result(f"{exc.message} Fix the arguments and call again.", is_error=True)
-        if version is not None and not version_at_least(version, STRUCTURED_SINCE):
-            result.pop("structuredContent", None)
-        return result
-
-    def _read(self, params: JSONObject, version: str | None) -> JSONObject:
-        uri = params.get("uri")
-        if not isinstance(uri, str):
-            raise RpcError(INVALID_PARAMS, "resources/read: uri must be a string.")
-        try:
-            contents, final = read(self.toolbox, uri)
-        except ResourceNotFound as exc:
-            code = INVALID_PARAMS if version in MODERN_VERSIONS else RESOURCE_NOT_FOUND_HANDSHAKE
-            raise RpcError(code, str(exc), {"uri": uri}) from None
-        result: JSONObject = {"contents": contents}
-        if version in MODERN_VERSIONS:
-            result["ttlMs"] = (
-                CAPABILITIES_TTL_MS if uri.endswith("capabilities") else FINISHED_RUN_TTL_MS
-            )
-            if not final and not uri.endswith("capabilities"):
-                result["ttlMs"] = 0
-        return result
-
-    def _shape(self, method: str, version: str | None, result: JSONObject) -> JSONObject:
-        """Fields the stateless era requires on every result (and the cache hints)."""
-        if version not in MODERN_VERSIONS and method != "server/discover":
-            return result
-        shaped = {"resultType": "complete", **result}
-        if method in CACHEABLE:
-            # The resource list grows with every run: never serve it from a cache.
-            shaped.setdefault("ttlMs", 0 if method == "resources/list" else TOOLS_TTL_MS)
-            # Run receipts belong to whoever holds this server's token.
-            shaped["cacheScope"] = "private"
-        meta = dict(shaped.get("_meta") or {})
-        meta[META_SERVER_INFO] = SERVER_INFO
-        shaped["_meta"] = meta
-        return shaped
-
-
-def _page_params(params: JSONObject) -> None:
-    cursor = params.get("cursor")
-    if cursor is not None:
-        # Every list fits in one page, so no cursor this server issued exists.
-        raise RpcError(INVALID_PARAMS, f"Unknown cursor {cursor!r}: this list has one page.")
 
 
 def _short(exc: BaseException) -> str:

@@ -15,8 +15,8 @@ from typing import Any
 
 from pybox._core.errors import InvalidRequest
 from pybox._core.limits import LimitRequest
-from pybox._frontends.mcp._present import Section, fenced_sections
 from pybox._frontends.mcp._protocol import JSONObject
+from pybox._frontends.mcp._sections import Section, fenced_sections
 from pybox._frontends.mcp._toolbox import CallContext, Toolbox, text_result
 
 GROUP = "experiments"

@@ -4,7 +4,7 @@ A client that sends a `progressToken` gets `notifications/progress` while the
 tool call waits for the run: `progress` is the seconds so far, `total` the
 run's timeout, and `message` says how far the run is and, when the program
 printed something since the last notification, that output, in the same
-untrusted sections as the final result (see `_present.output_sections`).
+untrusted sections as the final result (see `_sections.output_sections`).
 
 Bounds, so neither a chatty program nor a slow client costs more than this:
 - at most one notification per `OUTPUT_INTERVAL_S` with output (chunks that
@@ -25,8 +25,9 @@ import time
 
 from pybox._core.display import neutralise_text, plural
 from pybox._frontends.mcp._live import STREAMS, Page, Stream
-from pybox._frontends.mcp._present import Offsets, output_sections
+from pybox._frontends.mcp._present import Offsets
 from pybox._frontends.mcp._runs import Run
+from pybox._frontends.mcp._sections import output_sections
 from pybox._frontends.mcp._toolbox import Progress
 
 HEARTBEAT_S = 1.0

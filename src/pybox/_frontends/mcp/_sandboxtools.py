@@ -21,14 +21,10 @@ from pybox._core.limits import LimitRequest
 from pybox._core.receipt import LibraryFact
 from pybox._core.request import PreparedRun, RunRequest
 from pybox._features.sandboxes.records import RUN_PROGRAM, SandboxInfo, persists
-from pybox._frontends.mcp._present import (
-    Section,
-    fenced_sections,
-    run_result,
-    user_limits,
-)
+from pybox._frontends.mcp._present import run_result, user_limits
 from pybox._frontends.mcp._protocol import ArgumentError, JSONObject
 from pybox._frontends.mcp._runs import Run
+from pybox._frontends.mcp._sections import Section, fenced_sections
 from pybox._frontends.mcp._toolbox import (
     CallContext,
     Handler,
