@@ -275,7 +275,7 @@ def test_an_image_that_reads_back_otherwise_is_removed_and_refused(
 def test_an_export_past_the_ceiling_cuts_the_import_short(
     transport: PairTransport, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("pybox._engine.podman.EXPORT_MAX_BYTES", 150000)
+    monkeypatch.setattr("pybox._engine.podman_commit.EXPORT_MAX_BYTES", 150000)
     seen: list[bytes] = []
     transport.scripts += [
         cut_short_import(transport, seen),
@@ -324,7 +324,7 @@ def test_a_plain_import_is_tagged_as_asked(transport: PairTransport) -> None:
 def test_an_export_past_its_deadline_cuts_the_import_short(
     transport: PairTransport, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("pybox._engine.podman.EXPORT_DEADLINE_S", 0.0)
+    monkeypatch.setattr("pybox._engine.podman_commit.EXPORT_DEADLINE_S", 0.0)
     seen: list[bytes] = []
     transport.scripts += [
         cut_short_import(transport, seen),

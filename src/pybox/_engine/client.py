@@ -11,7 +11,6 @@ from pybox._core.errors import EngineAPIError, EngineError
 from pybox._engine.interface import ARCHIVE_MAX_BYTES, JSONObject
 from pybox._engine.networks import NetworkCalls
 from pybox._engine.plumbing import NO_AUTH
-from pybox._engine.registry_calls import pushed_digest
 from pybox._engine.stream import DockerAttachStream
 
 
@@ -295,6 +294,9 @@ class DockerEngine(NetworkCalls):
             query={"tag": tag, **self._registry_query(repo)},
             extra_headers=NO_AUTH,
         )
+        # Imported here: a run never pushes, and exec's start-up stays small.
+        from pybox._engine.registry_calls import pushed_digest
+
         digest = pushed_digest(events)
         if digest is None:
             raise EngineError(f"The push of {repo}:{tag} reported no digest: {events[-3:]!r}")

@@ -33,14 +33,6 @@ from pybox._engine.client import DockerEngine
 from pybox._engine.interface import JSONObject
 from pybox._engine.keeper import connect_keeper, start_keeper
 from pybox._engine.plumbing import NO_AUTH
-from pybox._engine.podman_commit import (
-    EXPORT_DEADLINE_S,
-    EXPORT_IDLE_TIMEOUT_S,
-    EXPORT_MAX_BYTES,
-    config_problem,
-    import_changes,
-)
-from pybox._engine.registry_calls import pull_query, pulled_id, tls_query
 from pybox._engine.specgen import PodmanUnsupported, needs_keeper, specgen
 from pybox._engine.stream import DockerAttachStream
 
@@ -158,6 +150,16 @@ class PodmanEngine(DockerEngine):
         exactly `config` said as changes (`pybox._engine.podman_commit`): Podman's own
         commits cannot say it. The export streams into the import, never held whole;
         the image is read back and removed again if its configuration differs."""
+        # Imported here, as the registry calls are: a run never commits or pushes,
+        # and exec's start-up stays small (tests/unit/test_cli_startup.py).
+        from pybox._engine.podman_commit import (
+            EXPORT_DEADLINE_S,
+            EXPORT_IDLE_TIMEOUT_S,
+            EXPORT_MAX_BYTES,
+            config_problem,
+            import_changes,
+        )
+
         changes = import_changes(config)
         export = self._download(
             f"/containers/{container_id}/export",
@@ -201,10 +203,14 @@ class PodmanEngine(DockerEngine):
         return image_id
 
     def _registry_query(self, repository: str) -> dict[str, str]:
+        from pybox._engine.registry_calls import tls_query
+
         return tls_query(repository)
 
     def pull_image(self, repo: str, digest: str, platform: str) -> None:
         """Through Podman's own pull: its compatible one ignores `tlsVerify`."""
+        from pybox._engine.registry_calls import pull_query, pulled_id
+
         reference = f"{repo}@{digest}"
         events = self._progress(
             f"to pull {reference}",
