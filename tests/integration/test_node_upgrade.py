@@ -36,6 +36,7 @@ import pytest
 
 from pybox._adapters.config import load_settings
 from pybox._adapters.state import StateStore
+from pybox._core.errors import EngineCannotApply
 from pybox._core.experiment_settings import ExperimentSettings
 from pybox._core.limits import MIB, LimitRequest, Policy
 from pybox._engine import Engine
@@ -125,15 +126,28 @@ def experiments(
     session.close()
 
 
+# The upgrade needs egress `packages` (npm), which Podman cannot contain
+# (docs/engines.md, "Egress on Podman"): there the proof is the refusal.
+PACKAGES_ON_PODMAN = "egress packages is refused on Podman; the refusal is tested instead"
+
+
 def test_the_upgrade_to_node_20_in_an_experiment(
     experiments: Experiments,
     project: Path,
     state_dir: Path,
     engine: Engine,
+    engine_name: str,
     operator_config: tuple[Path, str],
 ) -> None:
     require(state_dir, "node20")
     before = snapshot(project)
+    if engine_name == "podman":
+        with pytest.raises(EngineCannotApply, match="inhibit_ipv4") as cannot:
+            experiments.create(str(project), environment="node20", limits=LIMITS, egress="packages")
+        assert "egress 'packages' needs Docker" in str(cannot.value)
+        assert experiments.ledger.list() == []  # none left but destroyed ones
+        assert snapshot(project) == before
+        return
     record = experiments.create(
         str(project), environment="node20", limits=LIMITS, egress="packages"
     )
@@ -213,6 +227,8 @@ def test_the_upgrade_through_the_mcp_sdk_client(
     operator_config: tuple[Path, str],
 ) -> None:
     require(state_dir, "node20")
+    if engine_name == "podman":
+        pytest.skip(PACKAGES_ON_PODMAN)
     anyio = pytest.importorskip("anyio")
     client_module = pytest.importorskip("mcp.client")
     from mcp.client.stdio import StdioServerParameters
