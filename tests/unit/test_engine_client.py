@@ -20,6 +20,7 @@ import pytest
 from pybox._core.errors import EngineAPIError, EngineError, EngineUnavailable
 from pybox._engine import DockerEngine, EngineEndpoint
 from pybox._engine.plumbing import MAX_API_VERSION
+from pybox._engine.podman import PodmanEngine
 
 ENDPOINT = EngineEndpoint("/nonexistent/docker.sock", "a test")
 
@@ -146,6 +147,10 @@ def transport() -> Iterator[PairTransport]:
 
 def engine_on(transport: PairTransport) -> DockerEngine:
     return DockerEngine(ENDPOINT, "1.41", "20.10.24", transport=transport)
+
+
+def podman_on(transport: PairTransport) -> PodmanEngine:
+    return PodmanEngine(ENDPOINT, "1.41", "4.3.1", transport=transport)
 
 
 # -- version negotiation ------------------------------------------------------

@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
 from pybox._core.errors import EngineAPIError, EngineError
-from pybox._engine.podman import PodmanEngine
 from pybox._engine.podman_commit import config_problem, expected_config, import_changes
 from pybox._engine.specgen import PodmanUnsupported
 from pybox._features.images.builds import _image_config
 from pybox._features.images.lock_plans import LockBuildPlan
-from tests.unit.test_engine_client import ENDPOINT, PairTransport, chunked_reply, reply
+from tests.unit.test_engine_client import (
+    PairTransport,
+    chunked_reply,
+    podman_on,
+    reply,
+    transport,  # noqa: F401 (the fixture)
+)
 
 
 def _unquoted(text: str) -> str:
@@ -178,20 +182,6 @@ TAR = b"".join(bytes([n]) * 70000 for n in range(1, 6))  # 350000 bytes, several
 CONFIG = {**ASKED, "Labels": {"io.pybox.image": "tiny"}}
 
 
-@pytest.fixture
-def transport() -> Iterator[PairTransport]:
-    pair = PairTransport([])
-    yield pair
-    for thread in pair.threads:
-        thread.join(5.0)
-    assert not pair.errors, pair.errors
-    assert not pair.scripts, "the client made fewer requests than the test expected"
-
-
-def podman_on(pair: PairTransport) -> PodmanEngine:
-    return PodmanEngine(ENDPOINT, "1.41", "4.3.1", transport=pair)
-
-
 def inspect_answer(config: dict[str, Any], tags: list[str]) -> bytes:
     body = {"Id": IMAGE_ID, "RepoTags": tags, "Config": config}
     return reply("200 OK", json.dumps(body).encode(), content_type="application/json")
@@ -230,7 +220,7 @@ def cut_short_import(pair: PairTransport, seen: list[bytes]) -> Any:
 
 
 def test_a_commit_streams_the_export_into_the_import_then_reads_it_back(
-    transport: PairTransport,
+    transport: PairTransport,  # noqa: F811
 ) -> None:
     transport.scripts += [
         import_script(transport),
@@ -254,7 +244,7 @@ def test_a_commit_streams_the_export_into_the_import_then_reads_it_back(
 
 
 def test_an_image_that_reads_back_otherwise_is_removed_and_refused(
-    transport: PairTransport,
+    transport: PairTransport,  # noqa: F811
 ) -> None:
     kept_box_user = {**READ_BACK, "User": "0:0"}
     transport.scripts += [
@@ -273,7 +263,8 @@ def test_an_image_that_reads_back_otherwise_is_removed_and_refused(
 
 
 def test_an_export_past_the_ceiling_cuts_the_import_short(
-    transport: PairTransport, monkeypatch: pytest.MonkeyPatch
+    transport: PairTransport,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("pybox._engine.podman_commit.EXPORT_MAX_BYTES", 150000)
     seen: list[bytes] = []
@@ -290,7 +281,7 @@ def test_an_export_past_the_ceiling_cuts_the_import_short(
     assert TAR[:100000] in seen[0]
 
 
-def test_a_refused_export_cuts_the_import_short(transport: PairTransport) -> None:
+def test_a_refused_export_cuts_the_import_short(transport: PairTransport) -> None:  # noqa: F811
     seen: list[bytes] = []
     transport.scripts += [
         cut_short_import(transport, seen),
@@ -311,7 +302,7 @@ def test_an_unsayable_configuration_is_refused_before_any_call() -> None:
     assert nothing.requests == []
 
 
-def test_a_plain_import_is_tagged_as_asked(transport: PairTransport) -> None:
+def test_a_plain_import_is_tagged_as_asked(transport: PairTransport) -> None:  # noqa: F811
     transport.scripts += [
         import_script(transport),
         transport.answer(reply("201 Created", b"\n")),
@@ -322,7 +313,8 @@ def test_a_plain_import_is_tagged_as_asked(transport: PairTransport) -> None:
 
 
 def test_an_export_past_its_deadline_cuts_the_import_short(
-    transport: PairTransport, monkeypatch: pytest.MonkeyPatch
+    transport: PairTransport,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("pybox._engine.podman_commit.EXPORT_DEADLINE_S", 0.0)
     seen: list[bytes] = []

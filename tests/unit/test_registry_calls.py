@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from pybox._core.errors import EngineAPIError, EngineError
-from pybox._engine.podman import PodmanEngine
 from pybox._engine.registry_calls import (
     pull_query,
     pulled_id,
@@ -17,19 +16,15 @@ from pybox._engine.registry_calls import (
     tls_query,
 )
 from tests.unit.test_engine_client import (
-    ENDPOINT,
     PairTransport,
     chunked_reply,
     engine_on,
+    podman_on,
     transport,  # noqa: F401 (a fixture)
 )
 
 DIGEST = "sha256:" + "a3" * 32
 IMAGE = "544cf84e112e4d43e38de97e122614aad067a5917bd43f157cb40f46b21767ec"
-
-
-def podman_on(pair: PairTransport) -> PodmanEngine:
-    return PodmanEngine(ENDPOINT, "1.41", "4.3.1", transport=pair)
 
 
 @pytest.mark.parametrize(
