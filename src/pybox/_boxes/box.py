@@ -228,12 +228,8 @@ class Box:
                     self._let_go()
                 else:
                     self.broken = "the run was interrupted"
-            except SandboxError as exc:
-                program.sandbox_error, program.sandbox_error_quote = str(exc), exc.quote
-                self.broken = self.broken or str(exc)[:300]
-            except EngineError as exc:
-                program.sandbox_error = f"The engine failed during the run: {exc}"
-                self.broken = self.broken or "the engine failed"
+            except (SandboxError, EngineError) as exc:
+                self.broken = self.broken or program.box_failed(exc)
         finally:
             close_observers(program)
             if self.broken is None and self.let_go is None:

@@ -71,12 +71,10 @@ def run_once(
             program.run()
         except KeyboardInterrupt:
             interrupted = program.cancelled = True
-        except SandboxError as exc:
-            program.sandbox_error, program.sandbox_error_quote = str(exc), exc.quote
-        except EngineError as exc:
-            if box.container_id is None:
-                raise
-            program.sandbox_error = f"The engine failed during the run: {exc}"
+        except (SandboxError, EngineError) as exc:
+            if isinstance(exc, EngineError) and box.container_id is None:
+                raise  # nothing was made: the caller's error, not a receipt
+            program.box_failed(exc)
     finally:
         # Every path, including Ctrl-C and engine errors, ends here.
         close_observers(program)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pybox._adapters.cgroups import empty_observation
+from pybox._boxes.handshake import check_ready, program_payload
 from pybox._boxes.outputs import FilesReceiver
 from pybox._boxes.record import iso_now
 from pybox._boxes.relay import EventRelay
@@ -31,7 +32,6 @@ from pybox._engine import AttachStream
 if TYPE_CHECKING:
     from pybox._boxes.box import Box
 
-BACKSTOP_GRACE_S = 2.0
 SAMPLE_INTERVAL_S = 0.01
 DRAIN_AFTER_KILL_S = 5.0
 DRAIN_AFTER_EXIT_S = 15.0
@@ -108,6 +108,14 @@ class ProgramRun:
         )
         self.events = EventRelay(on_event, limits.output_bytes)
 
+    def box_failed(self, exc: SandboxError | EngineError) -> str:
+        """Record that the box (not the program) failed; the short reason for the box."""
+        if isinstance(exc, SandboxError):
+            self.sandbox_error, self.sandbox_error_quote = str(exc), exc.quote
+            return str(exc)[:300]
+        self.sandbox_error = f"The engine failed during the run: {exc}"
+        return "the engine failed"
+
     def _mark(self, name: str) -> None:
         self.marks[name] = time.monotonic()
 
@@ -150,21 +158,14 @@ class ProgramRun:
                 raise SandboxError(message, quote=quote)
 
     def _send_payload(self, stream: AttachStream) -> None:
-        request, limits = self.request, self.limits
-        payload = wire.encode_payload(
-            argv=[self.box.image.python_path, request.code_name],
-            code_name=request.code_name,
-            code=request.code,
-            inputs=tuple(wire.PayloadFile(i.name, i.data) for i in request.inputs),
-            backstop_s=limits.timeout_s + BACKSTOP_GRACE_S,
+        box = self.box
+        payload = program_payload(
+            self.request,
+            self.limits,
+            python_path=box.image.python_path,
             collect_outputs=self.files is not None,
-            max_files=limits.output_files,
-            max_file_bytes=limits.output_files_bytes,
-            args=tuple(request.argv),
-            env=tuple(request.env),
-            stdin=request.stdin_bytes,
-            version=self.box.protocol,
-            require_status=self.box.spec.isolation.kernel_status_required,
+            protocol=box.protocol,
+            isolation=box.spec.isolation,
         )
         self.events.emit(RunStarted(self.run_id, self.source))
         for chunk in payload:
@@ -332,27 +333,7 @@ class ProgramRun:
 
     def _bootstrap_ready(self, report: dict[str, Any]) -> None:
         self._mark("bootstrap_ready")
-        # The bootstrap refuses to hand the code over too (the payload may be on its
-        # way already); this says why in pybox's own words, with the lane's reason.
-        status = report.get("status")
-        observed = status if isinstance(status, dict) else {}
-        for name, value in self.box.spec.isolation.kernel_status_required:
-            if observed.get(name) != value:
-                raise SandboxError(
-                    f"The box's kernel reports {name} {observed.get(name)!r} for its PID 1; "
-                    f"pybox requires {value!r} (its seccomp filter and no-new-privileges, "
-                    "applied by the engine). The program was not run. The engine did not "
-                    "apply the box's confinement: run `pybox doctor`."
-                )
-        if report.get("nondumpable") is not True:
-            self.unknown.append(
-                Unknown(
-                    "the bootstrap's protection from the program",
-                    "the box reports PID 1 could not make itself non-dumpable, so the "
-                    "program may be able to trace it (everything the box reports is "
-                    "untrusted either way)",
-                )
-            )
+        self.unknown.extend(check_ready(report, self.box.spec.isolation))
 
     def _exit_reported(self, frame: wire.Frame, stream: AttachStream) -> bool:
         self.exit_info = frame.json()
