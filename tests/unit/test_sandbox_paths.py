@@ -37,7 +37,7 @@ def test_paths_inside_are_made_relative(given: str, expected: str) -> None:
     ],
 )
 def test_paths_that_leave_or_are_not_usable_are_refused(given: str, why: str) -> None:
-    with pytest.raises(InvalidRequest, match="") as raised:
+    with pytest.raises(InvalidRequest) as raised:
         workspace_path(given)
     assert why in str(raised.value)
 
