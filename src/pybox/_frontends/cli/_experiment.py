@@ -27,11 +27,7 @@ from pybox._frontends.cli._common import (
     read_file,
     say,
 )
-from pybox._frontends.cli._exec import (
-    _program_arguments_after_double_dash,
-    add_limit_flags,
-    limit_request,
-)
+from pybox._frontends.cli._exec import limit_request
 
 EXPERIMENT_JSON_VERSION = 1
 VERSION_KEY = "pybox_experiment_version"
@@ -303,4 +299,3 @@ def register(commands: Commands) -> None:
     )
     actions.required = True
     add_actions(actions, sys.modules[__name__], _with_json_errors)
-    _ = (add_limit_flags, _program_arguments_after_double_dash)
