@@ -73,7 +73,7 @@ def run_once(
             interrupted = program.cancelled = True
         except (SandboxError, EngineError) as exc:
             if isinstance(exc, EngineError) and box.container_id is None:
-                raise  # nothing was made: the caller's error, not a receipt
+                raise  # before the box exists: an error for the caller, no receipt
             program.box_failed(exc)
     finally:
         # Every path, including Ctrl-C and engine errors, ends here.
