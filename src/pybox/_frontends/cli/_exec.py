@@ -60,6 +60,17 @@ def add_runtime_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_egress_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--egress",
+        choices=("none", "packages", "open"),
+        default="none",
+        help="what the box may reach: none (default), packages (the operator's registries "
+        "only, through pybox's proxy), open (general egress); the operator's policy decides "
+        "which are allowed",
+    )
+
+
 def limit_request(args: argparse.Namespace) -> LimitRequest:
     return LimitRequest(**bounded_flag_values(args, LIMIT_FLAGS, FIELDS_BY_KEY))  # type: ignore[arg-type]
 
@@ -344,13 +355,7 @@ def register(commands: Commands) -> None:
     _program_arguments_after_double_dash(run)
     run.add_argument("--image", default="stdlib", help="a recorded image (default: stdlib)")
     add_runtime_flag(run)
-    run.add_argument(
-        "--egress",
-        choices=("none", "packages", "open"),
-        default="none",
-        help="what the box may reach: none (default), packages (the operator's registries "
-        "only, through pybox's proxy), open; within the operator's policy",
-    )
+    add_egress_flag(run)
     shown = run.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="print one JSON record on stdout")
     shown.add_argument(

@@ -6,7 +6,11 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-from pybox._frontends.cli._exec import _program_arguments_after_double_dash, add_limit_flags
+from pybox._frontends.cli._exec import (
+    _program_arguments_after_double_dash,
+    add_egress_flag,
+    add_limit_flags,
+)
 
 
 def _json(parser: argparse.ArgumentParser) -> None:
@@ -52,12 +56,7 @@ def add_actions(actions: Any, handlers: ModuleType, wrap: Any) -> None:
         help="forward NAME from here, or set NAME=VALUE, for its commands (repeatable)",
     )  # fmt: skip
     create.add_argument("--library", action="append", metavar="SPEC", help="a package to install")
-    create.add_argument(
-        "--egress", choices=("none", "packages", "open"), default="none",
-        help="what the box may reach: none (default), packages (the operator's registries "
-        "only, through pybox's proxy), open (general egress); the operator's policy decides "
-        "which are allowed",
-    )  # fmt: skip
+    add_egress_flag(create)
     create.add_argument(
         "--project-root", action="append", metavar="DIR",
         help="allow projects under DIR too (besides the config's [experiments] project_roots)",

@@ -11,6 +11,7 @@ from pybox._frontends.cli._common import add_bounded_flags
 from pybox._frontends.cli._exec import (
     LIMIT_FLAGS,
     _program_arguments_after_double_dash,
+    add_egress_flag,
     add_limit_flags,
     add_runtime_flag,
 )
@@ -41,12 +42,7 @@ def add_actions(actions: Any, handlers: Mapping[str, Callable[[argparse.Namespac
         metavar="SPEC",
         help="a package to install, name and version specifiers only (repeatable)",
     )
-    create.add_argument(
-        "--egress", choices=("none", "packages", "open"), default="none",
-        help="what the box may reach: none (default), packages (the operator's registries "
-        "only, through pybox's proxy), open (general egress); the operator's policy decides "
-        "which are allowed",
-    )  # fmt: skip
+    add_egress_flag(create)
     add_limit_flags(create)
     add_runtime_flag(create)
     _add_json(create)
