@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from pybox._adapters.host_files import create_new_file, replace_file
 from pybox._boxes.record import RunOutcome
 from pybox._core.errors import InvalidRequest, SandboxError
 from pybox._core.request import RunRequest
@@ -40,6 +42,17 @@ class SandboxFile:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "kind": self.kind, "size_bytes": self.size_bytes}
+
+
+def save_on_host(destination: Path, data: bytes, *, replace: bool) -> None:
+    """A file copied out of a sandbox, written on the host: new (FileExistsError if
+    anything, a link included, has that name), or with `replace` put in place of
+    whatever has the name in one rename (a link is replaced, never written
+    through). Never through a name the box or anyone else could have guessed."""
+    if replace:
+        replace_file(destination, data)
+    else:
+        create_new_file(destination, data)
 
 
 def write_request(path: str, data: bytes) -> RunRequest:
