@@ -139,6 +139,7 @@ PINNED = {
         "box_waited_s",
         "pool_service",
         "egress",
+        "box_kept",
     ],
     "observed_by_pybox.egress": ["mode", "hosts", "refused", "refused_names"],
     "reported_by_program": [

@@ -239,6 +239,11 @@ class PyboxObserved:
     pool_service: bool = False
     # What the box reached through pybox's egress proxy (`packages`), by host.
     egress: EgressObserved = field(default_factory=lambda: EgressObserved(NONE))
+    # Why the box was not removed after this run, on purpose: `sandbox` (a
+    # sandbox's box, kept until the sandbox is destroyed or expires) or
+    # `next_program` (a protocol-2 box); None: it was to be removed
+    # (`observed_by_engine.removal_confirmed` says whether it was).
+    box_kept: str | None = None
 
 
 @dataclass(frozen=True)

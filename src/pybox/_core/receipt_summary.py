@@ -67,7 +67,7 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
         if engine.posture_verified
         else f"posture NOT verified ({len(engine.posture_mismatches)} mismatches)"
     )
-    removal = "removed (confirmed)" if engine.removal_confirmed else "removal NOT confirmed"
+    removal = _removal(engine.removal_confirmed, pybox.box_kept)
     lines.append(f"  box:    image {image.name} {image.id[:19]}; {posture}; {removal}")
     if receipt.configured.executable_paths:
         lines.append(
@@ -185,3 +185,12 @@ def skipped_line(skipped: tuple[SkippedFile, ...], unlisted: bool = False) -> st
         return f"  skipped: {count}: {shown}{rest}"
     rest = f"; {more} more in the receipt" if more > 0 else ""
     return f"  skipped: {plural(len(skipped), 'output file')} not returned: {shown}{rest}"
+
+
+def _removal(confirmed: bool, kept: str | None) -> str:
+    """A box kept on purpose is not one whose removal failed."""
+    if kept == "sandbox":
+        return "kept (sandbox)"
+    if kept is not None:
+        return "kept (for its next program)"
+    return "removed (confirmed)" if confirmed else "removal NOT confirmed"
