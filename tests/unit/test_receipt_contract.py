@@ -150,6 +150,7 @@ PINNED = {
         "output_files",
         "output_files_skipped",
         "preload",
+        "workspace_full_bytes",
     ],
     "reported_by_program.stdout": ["bytes_total", "bytes_kept", "truncated", "sha256"],
 }

@@ -124,6 +124,11 @@ def build_receipt(record: RunRecord) -> Receipt:
             output_files=record.returned_files,
             output_files_skipped=tuple(skipped),
             preload=preload_report(record) if _preload_asked(record) else None,
+            workspace_full_bytes=(
+                _count_or_none(exit_info.get("workspace_full_bytes"))
+                if record.protocol in wire.KEEPS_BOX
+                else None
+            ),
         ),
         unknown=tuple(unknown),
     )

@@ -289,6 +289,9 @@ class ProgramReported:
     output_files_skipped: tuple[SkippedFile, ...]
     # Set when the box was asked to preload (`configured.preload`).
     preload: PreloadReport | None = None
+    # A kept box's word (protocols 2 and 3) that its workspace's tmpfs (all of
+    # /pybox) was full when the program ended: its size in bytes; else None.
+    workspace_full_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,12 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
         f"{format_bytes(program.stderr.bytes_total)}"
         f"{' (truncated)' if program.stderr.truncated else ''}{files}"
     )
+    if program.workspace_full_bytes is not None:
+        lines.append(
+            f"  space:  the workspace was full when the program ended, at "
+            f"{program.workspace_full_bytes} bytes ({format_bytes(program.workspace_full_bytes)}"
+            ": all of /pybox, the writable space limit; the box's count, untrusted)"
+        )
     if preload is not None:
         frozen = (
             f"; {plural(preload.frozen_objects, 'object')} frozen by gc.freeze() in "

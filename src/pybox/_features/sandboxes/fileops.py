@@ -17,6 +17,7 @@ from typing import Any
 from pybox._adapters.host_files import create_new_file, replace_file
 from pybox._boxes.record import RunOutcome
 from pybox._core.errors import InvalidRequest, SandboxError
+from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
 from pybox._inbox import inbox_program
 
@@ -106,6 +107,9 @@ def outcome_report(outcome: RunOutcome, path: str, what: str) -> dict[str, Any]:
             report = value
             break
     receipt = outcome.receipt
+    if report is None and receipt.status is Status.SANDBOX_ERROR and receipt.cause.quote is None:
+        # pybox's own words on why (a full workspace, for one): no box text in them.
+        raise SandboxError(f"The sandbox could not {what} {path!r}. {receipt.cause.summary}")
     if report is None or receipt.exit_code not in (0, 3):
         raise SandboxError(
             f"The sandbox could not {what} {path!r}: its program ended {receipt.status.value}"
