@@ -44,7 +44,7 @@ def run_program(link, python, header, started, defaults, protocol, first, preloa
     if not first:
         # A later program in a full workspace: its inputs and stdin must fit (else
         # it is refused and the box goes on); its code passes through a pipe if a
-        # file of it does not (workspace_full.py's comment says why).
+        # file of it does not (bootstrap_space.py says why).
         refused = refuse_if_no_room(link, header, protocol)
         if refused:
             return None, False
