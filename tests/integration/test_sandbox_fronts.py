@@ -152,12 +152,17 @@ def test_cli_create_run_exec_cp_ls_destroy_list(
     assert ran.returncode == 5, ran.stderr.decode()  # the program's exit code, as `pybox exec`
     assert ran.stdout == b"from the host\n"
     assert ran.stderr.decode().startswith("pybox: failed, exit 5")
+    # The box stays on purpose: the summary says so, never that its removal failed.
+    assert "; kept (sandbox)" in ran.stderr.decode()
+    assert "removal NOT confirmed" not in ran.stderr.decode()
 
     as_json = run_cli(["sandbox", "run", sandbox_id, "-", "--json"], env, stdin=b"print(7)\n")
     assert as_json.returncode == 0
     record = json.loads(as_json.stdout)
     _validator(EXEC_SCHEMA).validate(record)
     assert record["stdout"] == "7\n"
+    assert record["receipt"]["observed_by_pybox"]["box_kept"] == "sandbox"
+    assert record["receipt"]["observed_by_engine"]["removal_confirmed"] is False
 
     listed = run_cli(["sandbox", "exec", sandbox_id, "--", "ls", "-1", "data"], env)
     assert (listed.returncode, listed.stdout) == (0, b"in.txt\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pybox._core.errors import InvalidRequest, SandboxNotFound
+from pybox._core.errors import InvalidRequest, SandboxError, SandboxNotFound
 from pybox._core.limits import MIB, LimitRequest
 from pybox._core.request import RunRequest
 from pybox._engine import Engine
@@ -124,6 +124,62 @@ def test_a_timeout_an_oom_kill_a_fork_bomb_and_a_daemon_leave_it_usable_and_clea
     after = processes(sandboxes, sandbox_id)
     assert after[0] == 1 and len(after) == 2, after
     assert sandboxes.run(sandbox_id, code("print('still here')")).stdout == b"still here\n"
+
+
+FILL = (
+    "import sys\n"
+    "with open('big', 'wb', buffering=0) as out:\n"
+    "    try:\n"
+    "        while True:\n"
+    "            out.write(b'x' * 65536)\n"
+    "    except OSError as exc:\n"
+    "        print(exc.errno)\n"
+    "sys.exit(3)\n"
+)
+
+
+def test_a_full_workspace_is_named_and_the_sandbox_runs_its_next_program(
+    lane_session: Session, engine: Engine
+) -> None:
+    """Issue 29: a run that fills /pybox used to cost the sandbox, and the next run's
+    receipt blamed the program for the bootstrap's exit code 125."""
+    sandboxes = lane_session.sandboxes()
+    info = sandboxes.create(limits=LimitRequest(timeout_s=20, writable_bytes=8 * MIB))
+    try:
+        filled = sandboxes.run(info.sandbox_id, code(FILL))
+        receipt = filled.receipt
+        assert (receipt.status.value, receipt.exit_code, filled.stdout) == ("failed", 3, b"28\n")
+        assert receipt.reported_by_program.workspace_full_bytes == 8 * MIB
+        summary = "\n".join(receipt.summary_lines())
+        assert f"the workspace was full when the program ended, at {8 * MIB} bytes" in summary
+        # Its inputs cannot fit: refused before it starts, in pybox's words; the box stays.
+        with pytest.raises(SandboxError, match=f"workspace is full.*{8 * MIB} bytes"):
+            sandboxes.write_file(info.sandbox_id, "more.bin", b"y" * 200_000)
+        assert sandboxes.get(info.sandbox_id).state == "ready"
+        # A program still runs in the full workspace (its code arrives through a pipe).
+        freed = sandboxes.run(
+            info.sandbox_id, code("import os\nos.remove('big')\nprint('freed')\n")
+        )
+        assert freed.receipt.status.value == "succeeded", freed.receipt.cause
+        assert freed.stdout == b"freed\n" and freed.receipt.exit_code == 0
+        assert freed.receipt.reported_by_program.workspace_full_bytes is None
+        after = sandboxes.run(info.sandbox_id, code("import os\nprint(sorted(os.listdir('.')))\n"))
+        assert after.receipt.status.value == "succeeded", after.receipt.cause
+        assert after.stdout == b"['_pybox_run.py']\n"
+        assert after.receipt.observed_by_pybox.box_kept == "sandbox"
+    finally:
+        sandboxes.destroy(info.sandbox_id)
+    assert engine.inspect_container(f"pybox-{info.sandbox_id}") is None
+
+
+def test_a_program_s_exit_code_125_is_not_pybox_s_and_pybox_s_is_not_the_program_s(
+    sandboxes: Sandboxes, sandbox_id: str
+) -> None:
+    """125 is also the code the in-box bootstrap ends with when it fails: a program
+    exiting 125 keeps its own status, and the sandbox goes on."""
+    outcome = sandboxes.run(sandbox_id, code("import sys; sys.exit(125)"))
+    assert (outcome.receipt.status.value, outcome.receipt.exit_code) == ("failed", 125)
+    assert sandboxes.run(sandbox_id, code("print(1)")).stdout == b"1\n"
 
 
 def test_a_run_cannot_raise_the_sandbox_limits(sandboxes: Sandboxes, sandbox_id: str) -> None:

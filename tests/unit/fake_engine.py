@@ -54,6 +54,9 @@ class Script:
     vanish: bool = False  # the box ends without an exit report
     bootstrap_error: str | None = None
     raw: bytes | None = None  # exact bytes from the box instead of the above
+    # Protocol 2: the bootstrap's exit report for a program it did not start (a full
+    # workspace), instead of the above; the box stays for the next one.
+    refused: dict[str, Any] | None = None
     backstop: bool = False
     # Exact bytes the box sends after its exit report, instead of files and files-done.
     after_exit: bytes | None = None
@@ -154,6 +157,10 @@ class FakeAttach:
         elif self.protocol == wire.MANY_PROGRAMS:
             self.script = self.engine.script  # each program plays the script of its time
         script = self.script
+        if script.refused is not None and self.protocol == wire.MANY_PROGRAMS:
+            self.exited = True
+            self._emit(json_frame(wire.K_EXIT, script.refused))
+            return
         if script.raw is not None:
             self._emit(script.raw)
             self._end(script.exit_code)

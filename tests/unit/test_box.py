@@ -193,6 +193,45 @@ def test_a_box_that_ends_without_an_exit_report_is_removed(
         box.run_program(code("y"), run_id=new_run_id())
 
 
+def test_a_bootstrap_that_fails_is_never_read_as_the_program_s_exit_code(
+    box: Box, engine: FakeEngine, state: StateStore
+) -> None:
+    """The box ends with the bootstrap's 125 after its error report: the receipt says
+    the box failed, in pybox's words with the box's quoted, never "the program
+    exited with code 125" (issue 29: a full workspace did this)."""
+    engine.script = Script(bootstrap_error="OSError: [Errno 28] No space left on device")
+    receipt = box.run_program(code("x"), run_id=new_run_id()).receipt
+    assert receipt.status is Status.SANDBOX_ERROR and receipt.exit_code is None
+    assert receipt.cause.summary.startswith("The in-box bootstrap failed: OSError")
+    assert "exited with code" not in receipt.cause.summary
+    assert_gone(engine, state, box)
+
+
+def test_a_program_the_box_had_no_room_for_is_refused_and_the_box_stays(
+    box: Box, engine: FakeEngine
+) -> None:
+    refusal = {
+        "exit_code": None,
+        "backstop": False,
+        "stopped": True,
+        "not_started": "workspace_full",
+        "needed_bytes": 8192,
+        "free_bytes": 0,
+        "workspace_bytes": 1048576,
+    }
+    engine.script = Script(refused=refusal)
+    receipt = box.run_program(code("x"), run_id=new_run_id()).receipt
+    assert receipt.status is Status.SANDBOX_ERROR and receipt.exit_code is None
+    summary = receipt.cause.summary
+    assert (
+        "workspace is full: this run's files need 8192 bytes and 0 bytes of its 1048576" in summary
+    )
+    assert "the sandbox is kept" in summary and receipt.cause.quote is None
+    assert box.broken is None and box.removal is None
+    engine.script = Script(stdout=b"again\n")
+    assert box.run_program(code("y"), run_id=new_run_id()).stdout == b"again\n"
+
+
 def test_ctrl_c_removes_the_box_and_keeps_the_receipt(
     box: Box, engine: FakeEngine, state: StateStore
 ) -> None:

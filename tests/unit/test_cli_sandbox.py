@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -304,6 +306,49 @@ def test_cp_refuses_to_overwrite_a_host_file_without_force(
     assert main(["sandbox", "cp", "--force", f"{sandbox_id}:out.txt", str(mine)]) == 0
     assert mine.read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "mine.txt"]  # no leftovers
+
+
+def test_cp_force_never_writes_through_a_planted_link(
+    fake: FakeSandboxes, sandbox_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Links planted at the name pybox used to write through (`.NAME.pybox-PID`) and at
+    the target itself: --force replaces the target's name, and no other file is written."""
+    fake.kept[sandbox_id].files["out.txt"] = b"sandbox-chosen"
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"host file")
+    target = folder / "out.txt"
+    target.write_bytes(b"old")
+    planted = folder / f".out.txt.pybox-{os.getpid()}"
+    planted.symlink_to(victim)
+    assert main(["sandbox", "cp", "--force", f"{sandbox_id}:out.txt", str(target)]) == 0
+    assert victim.read_bytes() == b"host file"
+    assert target.read_bytes() == b"sandbox-chosen" and not target.is_symlink()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~_umask()
+    assert planted.is_symlink()  # left alone, not used
+    # A link at the target: the link is replaced, the file it points to is untouched.
+    linked = folder / "linked.txt"
+    linked.symlink_to(victim)
+    assert main(["sandbox", "cp", "--force", f"{sandbox_id}:out.txt", str(linked)]) == 0
+    assert victim.read_bytes() == b"host file"
+    assert not linked.is_symlink() and linked.read_bytes() == b"sandbox-chosen"
+    # A link to a folder, named without a trailing slash, is the target itself.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (folder / "dirlink").symlink_to(elsewhere)
+    assert main(["sandbox", "cp", f"{sandbox_id}:out.txt", str(folder / "dirlink")]) == 2
+    assert "exists already" in capsys.readouterr().err
+    assert list(elsewhere.iterdir()) == []
+    assert main(["sandbox", "cp", f"{sandbox_id}:out.txt", str(folder / "dirlink") + "/"]) == 0
+    assert (elsewhere / "out.txt").read_bytes() == b"sandbox-chosen"  # asked for: into it
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [planted.name]
+
+
+def _umask() -> int:
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def test_cp_to_stdout_and_from_stdin(

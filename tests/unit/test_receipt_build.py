@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
+
 from pybox._adapters.cgroups import empty_observation
 from pybox._adapters.confinement import confinement
 from pybox._boxes.receipt import build_receipt, run_duration_s
@@ -178,6 +180,32 @@ def test_a_program_in_a_box_kept_for_the_next_one() -> None:
     assert (pybox.box_source, pybox.box_waited_s, pybox.create_s) == ("same_box", 1.25, None)
     assert not receipt.observed_by_engine.removal_confirmed
     assert [u.fact for u in receipt.unknown] == ["the engine's view of the program's end"]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "kept", "confirmed", "field", "said"),
+    [
+        (wire.SANDBOX, True, False, "sandbox", "kept (sandbox)"),
+        (wire.MANY_PROGRAMS, True, False, "next_program", "kept (for its next program)"),
+        (wire.ONE_PROGRAM, False, True, None, "removed (confirmed)"),
+        (wire.ONE_PROGRAM, False, False, None, "removal NOT confirmed"),
+    ],
+)
+def test_a_box_kept_on_purpose_is_not_a_removal_that_failed(
+    protocol: int, kept: bool, confirmed: bool, field: str | None, said: str
+) -> None:
+    receipt = build_receipt(
+        record(
+            box_kept=kept,
+            protocol=protocol,
+            removal_confirmed=confirmed,
+            final_inspect=_state(Status="running", Running=True) if kept else _state(),
+        )
+    )
+    assert receipt.observed_by_pybox.box_kept == field
+    assert receipt.to_dict()["observed_by_pybox"]["box_kept"] == field
+    box_line = next(line for line in receipt.summary_lines() if line.startswith("  box:"))
+    assert box_line.endswith(f"; {said}")
 
 
 def test_a_stopped_program_in_a_kept_box() -> None:

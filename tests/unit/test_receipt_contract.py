@@ -139,6 +139,7 @@ PINNED = {
         "box_waited_s",
         "pool_service",
         "egress",
+        "box_kept",
     ],
     "observed_by_pybox.egress": ["mode", "hosts", "refused", "refused_names"],
     "reported_by_program": [
@@ -149,6 +150,7 @@ PINNED = {
         "output_files",
         "output_files_skipped",
         "preload",
+        "workspace_full_bytes",
     ],
     "reported_by_program.stdout": ["bytes_total", "bytes_kept", "truncated", "sha256"],
 }

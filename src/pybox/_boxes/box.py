@@ -229,7 +229,11 @@ class Box:
                 else:
                     self.broken = "the run was interrupted"
             except (SandboxError, EngineError) as exc:
-                self.broken = self.broken or program.box_failed(exc)
+                # Recorded even when the box is already known broken: else the
+                # receipt would read the engine's exit code (the bootstrap's 125)
+                # as the program's.
+                reason = program.box_failed(exc)
+                self.broken = self.broken or reason
         finally:
             close_observers(program)
             if self.broken is None and self.let_go is None:

@@ -338,6 +338,10 @@ class ProgramRun:
     def _exit_reported(self, frame: wire.Frame, stream: AttachStream) -> bool:
         self.exit_info = frame.json()
         self._mark("program_ended")
+        if self.many:
+            refused = not_started_for_room(self.exit_info, self.limits.writable_bytes)
+            if refused is not None:
+                self.sandbox_error = refused
         # The box is still there (it waits for the acknowledgement): last sample.
         if self.box.sampler is not None:
             self.box.sampler.sample(force=True)
@@ -387,3 +391,24 @@ class ProgramRun:
 
     def _diagnostics_text(self) -> str:
         return self.diagnostics.decode("utf-8", "replace").strip()[-2000:]
+
+
+def not_started_for_room(exit_info: dict[str, Any], writable_bytes: int) -> str | None:
+    """pybox's words for a later program the box did not start because the
+    workspace had no room for its files (None: the box did not say so). Only
+    numbers are taken from the box's report; the box and its files stay."""
+    if exit_info.get("not_started") != "workspace_full":
+        return None
+
+    def count(key: str) -> str:
+        value = exit_info.get(key)
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+        return f"{value} bytes" if ok else "an unknown number of bytes"
+
+    return (
+        f"The sandbox's workspace is full: this run's files need {count('needed_bytes')} and "
+        f"{count('free_bytes')} of its {count('workspace_bytes')} are free (the box's count, "
+        f"untrusted; /pybox holds at most {writable_bytes} bytes, the writable space limit). "
+        "The program was not started and the sandbox is kept: delete files in its "
+        "workspace to make room."
+    )

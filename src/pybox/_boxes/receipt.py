@@ -114,6 +114,7 @@ def build_receipt(record: RunRecord) -> Receipt:
             box_created_at=record.box_created_at,
             box_waited_s=record.box_waited_s,
             pool_service=record.pool_service,
+            box_kept=_box_kept(record),
         ),
         reported_by_program=ProgramReported(
             exit_code=_int_or_none(exit_info.get("exit_code")),
@@ -123,9 +124,20 @@ def build_receipt(record: RunRecord) -> Receipt:
             output_files=record.returned_files,
             output_files_skipped=tuple(skipped),
             preload=preload_report(record) if _preload_asked(record) else None,
+            workspace_full_bytes=(
+                _count_or_none(exit_info.get("workspace_full_bytes"))
+                if record.protocol in wire.KEEPS_BOX
+                else None
+            ),
         ),
         unknown=tuple(unknown),
     )
+
+
+def _box_kept(record: RunRecord) -> str | None:
+    if not record.box_kept:
+        return None
+    return "sandbox" if record.protocol == wire.SANDBOX else "next_program"
 
 
 def run_duration_s(marks: Mapping[str, float]) -> float | None:

@@ -239,6 +239,11 @@ class PyboxObserved:
     pool_service: bool = False
     # What the box reached through pybox's egress proxy (`packages`), by host.
     egress: EgressObserved = field(default_factory=lambda: EgressObserved(NONE))
+    # Why the box was not removed after this run, on purpose: `sandbox` (a
+    # sandbox's box, kept until the sandbox is destroyed or expires) or
+    # `next_program` (a protocol-2 box); None: it was to be removed
+    # (`observed_by_engine.removal_confirmed` says whether it was).
+    box_kept: str | None = None
 
 
 @dataclass(frozen=True)
@@ -284,6 +289,9 @@ class ProgramReported:
     output_files_skipped: tuple[SkippedFile, ...]
     # Set when the box was asked to preload (`configured.preload`).
     preload: PreloadReport | None = None
+    # A kept box's word (protocols 2 and 3) that its workspace's tmpfs (all of
+    # /pybox) was full when the program ended: its size in bytes; else None.
+    workspace_full_bytes: int | None = None
 
 
 @dataclass(frozen=True)

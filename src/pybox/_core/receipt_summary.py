@@ -67,7 +67,7 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
         if engine.posture_verified
         else f"posture NOT verified ({len(engine.posture_mismatches)} mismatches)"
     )
-    removal = "removed (confirmed)" if engine.removal_confirmed else "removal NOT confirmed"
+    removal = _removal(engine.removal_confirmed, pybox.box_kept)
     lines.append(f"  box:    image {image.name} {image.id[:19]}; {posture}; {removal}")
     if receipt.configured.executable_paths:
         lines.append(
@@ -139,6 +139,12 @@ def summarize(receipt: Receipt, notes: list[str] | None = None) -> list[str]:
         f"{format_bytes(program.stderr.bytes_total)}"
         f"{' (truncated)' if program.stderr.truncated else ''}{files}"
     )
+    if program.workspace_full_bytes is not None:
+        lines.append(
+            f"  space:  the workspace was full when the program ended, at "
+            f"{program.workspace_full_bytes} bytes ({format_bytes(program.workspace_full_bytes)}"
+            ": all of /pybox, the writable space limit; the box's count, untrusted)"
+        )
     if preload is not None:
         frozen = (
             f"; {plural(preload.frozen_objects, 'object')} frozen by gc.freeze() in "
@@ -185,3 +191,12 @@ def skipped_line(skipped: tuple[SkippedFile, ...], unlisted: bool = False) -> st
         return f"  skipped: {count}: {shown}{rest}"
     rest = f"; {more} more in the receipt" if more > 0 else ""
     return f"  skipped: {plural(len(skipped), 'output file')} not returned: {shown}{rest}"
+
+
+def _removal(confirmed: bool, kept: str | None) -> str:
+    """A box kept on purpose is not one whose removal failed."""
+    if kept == "sandbox":
+        return "kept (sandbox)"
+    if kept is not None:
+        return "kept (for its next program)"
+    return "removed (confirmed)" if confirmed else "removal NOT confirmed"

@@ -6,12 +6,13 @@ from pathlib import Path
 
 # Beside this file, as pybox is installed; not through importlib.resources, whose
 # imports would cost every run a few milliseconds.
-# The bootstrap is one program in the box, kept in four files along its seams
+# The bootstrap is one program in the box, kept in files along its seams
 # (bootstrap.py says what the whole does); pybox joins them in this order.
 BOOTSTRAP_PARTS = (
     "bootstrap.py",
     "bootstrap_processes.py",
     "bootstrap_io.py",
+    "bootstrap_space.py",
     "bootstrap_main.py",
 )
 BOOTSTRAP_PATH = Path(__file__).with_name(BOOTSTRAP_PARTS[0])

@@ -75,16 +75,18 @@ def place_code(code_name, code):
     os.replace(copy, os.path.join(WORK, code_name))
 
 
-def hand_over_code(code_name, code, pid, deadline):
+def hand_over_code(code_name, code, pid, deadline, keep_file=True):
     """Write the code into the waiting interpreter's FIFO, then leave a regular
-    file in its place (tracebacks and inspect read the source from there).
+    file in its place (tracebacks and inspect read the source from there), or
+    without `keep_file` (a full workspace) no file at all.
 
     Returns the program's wait status if it ended before taking its code.
     """
     path = os.path.join(WORK, code_name)
     copy = os.path.join(ROOT, ".code-%d" % os.getpid())
-    with open(copy, "wb") as handle:
-        handle.write(code)
+    if keep_file:
+        with open(copy, "wb") as handle:
+            handle.write(code)
     while True:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
@@ -94,7 +96,7 @@ def hand_over_code(code_name, code, pid, deadline):
                 raise
         ended, status = os.waitpid(pid, os.WNOHANG)
         if ended:
-            os.replace(copy, path)
+            settle_code(copy, path, keep_file)
             return status
         if time.monotonic() > deadline:
             raise TimeoutError("the program's interpreter never opened its script")
@@ -107,9 +109,16 @@ def hand_over_code(code_name, code, pid, deadline):
     except BrokenPipeError:
         pass  # the interpreter died mid-read; its exit status tells the rest
     # Swap in the regular file before the reader sees end-of-file.
-    os.replace(copy, path)
+    settle_code(copy, path, keep_file)
     os.close(fd)
     return None
+
+
+def settle_code(copy, path, keep_file):
+    if keep_file:
+        os.replace(copy, path)
+    else:
+        remove_if_there(path)  # an open FIFO: the reader still gets all of it
 
 
 def pump(link, pid, out_r, err_r, deadline, status, protocol=ONE_PROGRAM):

@@ -41,6 +41,13 @@ def run_program(link, python, header, started, defaults, protocol, first, preloa
     code_name = header["code_name"]
     deadline = time.monotonic() + float(header["backstop_s"])
     code = link.read_exact(header["code_size"])
+    if not first:
+        # A later program in a full workspace: its inputs and stdin must fit (else
+        # it is refused and the box goes on); its code passes through a pipe if a
+        # file of it does not (bootstrap_space.py says why).
+        refused = refuse_if_no_room(link, header, protocol)
+        if refused:
+            return None, False
     unpack_inputs(link, header, replace=not first)
     started_report = {}
     if first and preload:
@@ -52,15 +59,22 @@ def run_program(link, python, header, started, defaults, protocol, first, preloa
             report = dict(report or {}, modules=[], frozen_objects=0)
         report["fallback"] = fallback
         started_report["preload"] = report
+    piped = False
     if not first:
-        # A fresh interpreter for each later program, with a regular script file.
-        place_code(code_name, code)
+        # A fresh interpreter for each later program, with a regular script file
+        # (or, in a full workspace, a pipe in its place: see place_or_pipe_code).
+        piped = place_or_pipe_code(code_name, code)
+        if piped is None:
+            refuse_full(link, header, protocol, len(code))
+            return None, False
         started = restart(None, python, code_name, header, defaults)
     elif (header["args"] or header["env"] or header["stdin_size"]) and not preload:
         started = restart(started, python, code_name, header, defaults)
     pid, out_r, err_r = started
     link.program_deadline = deadline
-    status = hand_over_code(code_name, code, pid, deadline) if first else None
+    status = None
+    if first or piped:
+        status = hand_over_code(code_name, code, pid, deadline, keep_file=not piped)
     link.send_json(K_STARTED, started_report)
     status, backstop, stopped = pump(link, pid, out_r, err_r, deadline, status, protocol)
     link.program_deadline = None
@@ -69,6 +83,7 @@ def run_program(link, python, header, started, defaults, protocol, first, preloa
     report = {"exit_code": exit_code, "backstop": backstop}
     if protocol != ONE_PROGRAM:
         report["stopped"] = stopped
+        report.update(workspace_full_report())
     link.send_json(K_EXIT, report)
     finish(link, header, backstop or stopped, protocol)
     return exit_code, backstop

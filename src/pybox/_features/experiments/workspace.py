@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import tarfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pybox._adapters.host_files import replace_file
 from pybox._core.errors import InvalidRequest, LimitExceeded, SandboxError
 from pybox._features.experiments.changes import diff_trees, render_diff
 from pybox._features.experiments.ledger import ExperimentRecord
@@ -237,8 +237,6 @@ def _save(path: Path, value: Any) -> None:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.replace(temporary, path)
+    # The bytes came from the box: under a random new name, then renamed (never
+    # through a link or an earlier file at a name that could be guessed).
+    replace_file(path, data, 0o600)

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from pybox._adapters.host_files import create_new_file, replace_file
 from pybox._boxes.record import RunOutcome
 from pybox._core.errors import InvalidRequest, SandboxError
+from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
 from pybox._inbox import inbox_program
 
@@ -40,6 +43,17 @@ class SandboxFile:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "kind": self.kind, "size_bytes": self.size_bytes}
+
+
+def save_on_host(destination: Path, data: bytes, *, replace: bool) -> None:
+    """A file copied out of a sandbox, written on the host: new (FileExistsError if
+    anything, a link included, has that name), or with `replace` put in place of
+    whatever has the name in one rename (a link is replaced, never written
+    through). Never through a name the box or anyone else could have guessed."""
+    if replace:
+        replace_file(destination, data)
+    else:
+        create_new_file(destination, data)
 
 
 def write_request(path: str, data: bytes) -> RunRequest:
@@ -93,6 +107,9 @@ def outcome_report(outcome: RunOutcome, path: str, what: str) -> dict[str, Any]:
             report = value
             break
     receipt = outcome.receipt
+    if report is None and receipt.status is Status.SANDBOX_ERROR and receipt.cause.quote is None:
+        # pybox's own words on why (a full workspace, for one): no box text in them.
+        raise SandboxError(f"The sandbox could not {what} {path!r}. {receipt.cause.summary}")
     if report is None or receipt.exit_code not in (0, 3):
         raise SandboxError(
             f"The sandbox could not {what} {path!r}: its program ended {receipt.status.value}"

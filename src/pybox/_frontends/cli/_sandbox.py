@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from pybox._core.display import escape_text, neutralise_output, plural
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.limits import FIELDS_BY_KEY, LIMIT_FIELDS, LimitRequest
 from pybox._core.request import RunRequest
+from pybox._features.sandboxes.fileops import save_on_host
 from pybox._features.sandboxes.records import BOX_WIDE, RUN_PROGRAM, SandboxInfo
 from pybox._frontends.cli._common import (
     EXIT_STOPPED,
@@ -243,32 +245,39 @@ def cmd_cp(args: argparse.Namespace) -> int:
         out.flush()
         return 0
     destination = Path(args.target)
-    if destination.is_dir():
+    if _is_folder(args.target):
         destination = destination / os.path.basename(path.rstrip("/"))
     _write_host_file(destination, data, args.force)
     say(f"pybox: copied {plural(len(data), 'byte')} from {sandbox_id}:{path} to {destination}")
     return 0
 
 
+def _is_folder(target: str) -> bool:
+    """A folder to copy into: a real one, or one named with a trailing slash (a
+    link to a folder is followed only then). Any other name is the file itself,
+    and a link there is never followed."""
+    if target.endswith("/"):
+        return os.path.isdir(target)
+    try:
+        return stat.S_ISDIR(os.lstat(target).st_mode)
+    except OSError:
+        return False
+
+
 def _write_host_file(destination: Path, data: bytes, force: bool) -> None:
     """Write the user's own file: a new one, or with `force` replaced whole (never
-    half-written: a temporary file beside it, then renamed over it)."""
+    half-written, never through a link: `save_on_host`)."""
     try:
-        if not force:
-            fd = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-            return
-        temporary = destination.with_name(f".{destination.name}.pybox-{os.getpid()}")
-        try:
-            temporary.write_bytes(data)
-            os.replace(temporary, destination)
-        finally:
-            temporary.unlink(missing_ok=True)
+        save_on_host(destination, data, replace=force)
     except FileExistsError:
         raise InvalidRequest(
             f"{destination} exists already; pybox does not overwrite it. Add --force to "
-            "replace it, or give another name."
+            "replace it (a link there is replaced, not followed), or give another name."
+        ) from None
+    except IsADirectoryError:
+        raise InvalidRequest(
+            f"{destination} is a folder; pybox does not replace a folder with a file. "
+            "Give a file name."
         ) from None
     except OSError as exc:
         raise InvalidRequest(f"Cannot write {destination}: {exc.strerror or exc}.") from None

@@ -81,7 +81,12 @@ def add_actions(actions: Any, handlers: Mapping[str, Callable[[argparse.Namespac
     )
     copy.add_argument("source", metavar="SRC")
     copy.add_argument("target", metavar="DST")
-    copy.add_argument("--force", action="store_true", help="replace an existing host file")
+    copy.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing host file in one rename "
+        "(a symbolic link there is replaced itself, never written through)",
+    )
     copy.set_defaults(handler=handlers["cp"])
 
     listing = actions.add_parser("ls", help="list a sandbox's files")
