@@ -11,6 +11,12 @@ and stderr. Anything the client cannot hand over as it is, or any refusal or
 failure before the service has been told to go, means `None`: the caller runs
 the command cold, in this process. After "go" it never runs cold: the program
 may have started.
+
+It hands its program to no one but its own user's service: a socket in a
+folder another user could write is not used, and after connecting the
+kernel's word on the listener's uid (SO_PEERCRED) must be the client's own;
+otherwise it says why and the command runs cold (`poolwire.folder_refusal`,
+`poolwire.listener_refusal`).
 """
 
 from __future__ import annotations
