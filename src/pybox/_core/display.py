@@ -1,6 +1,6 @@
 """Text for people and agents: how pybox shows strings it did not write (pure, no I/O).
 
-Two rules, one module, so every front end escapes the same way:
+Three rules, one module, so every front end escapes (or refuses) the same way:
 
 - `escape_text` is for text pybox places inside its *own* lines: returned and
   skipped file names, skip reasons, engine and model messages, error texts. Every
@@ -15,18 +15,17 @@ Two rules, one module, so every front end escapes the same way:
   keeps what ordinary text needs (newlines, tabs, CRLF line ends, all printable
   Unicode including joiners) and shows the rest as escapes, so the output
   cannot change the terminal's state for the lines pybox prints after it.
-
-`name_problem` is the third rule, for names pybox writes to disk or hands to a
-box (returned files, input names, sandbox paths, copied project files): a name
-holding a control character (Unicode category Cc: C0, DEL, C1) or a format or
-separator character (Cf, Zl, Zp: the bidirectional controls U+202A..U+202E,
-U+2066..U+2069, U+200E/U+200F and U+061C, zero-width spaces and joiners, the
-BOM, soft hyphens, tag characters, line and paragraph separators) is refused,
-not escaped: such a name would be written as it is, and `ok\u202etxt.exe`
-lists as `okexe.txt` in a file manager. Joiners are refused too, though some
-scripts and emoji use them, because they let two different names look the same.
-Other spaces, unassigned and private-use characters, and undecodable bytes are
-left to the checks of each place.
+- `name_problem` is for names pybox writes to disk or hands to a box (returned
+  files, input names, sandbox paths, copied project files). A name holding a
+  control character (Unicode category Cc: C0, DEL, C1) or a format or
+  separator character (Cf, Zl, Zp: the bidirectional controls U+202A..U+202E,
+  U+2066..U+2069, U+200E/U+200F and U+061C, zero-width spaces and joiners,
+  the BOM, soft hyphens, tag characters, line and paragraph separators) is
+  refused, not escaped: it would be written as it is, and `ok\\u202etxt.exe`
+  lists as `okexe.txt` in a file manager. Joiners are refused too, though some
+  scripts and emoji use them: they let two different names look the same.
+  Other spaces, unassigned and private-use characters, and undecodable bytes
+  are left to the checks of each place.
 
 Escapes use Python's notation (`\\x1b`, `\\r`, `\\u202e`); an undecodable
 byte 0xNN is shown as `\\xNN`. Backslashes themselves are left alone, so text
