@@ -312,6 +312,32 @@ print('done')
     assert not (files_dir / "link").exists()
 
 
+def test_returned_names_with_bidi_or_format_characters_are_never_written(
+    session: Session, tmp_path: Path
+) -> None:
+    """`ok\\u202etxt.exe` would list as `okexe.txt`: such names are skipped, not written."""
+    code = """
+import os
+out = os.environ['PYBOX_OUTPUT_DIR']
+for name in ('ok\\u202etxt.exe', 'zero\\u200bwidth', 'c1\\x9bname', 'plain.txt'):
+    open(os.path.join(out, name), 'w').write('x')
+"""
+    files_dir = tmp_path / "staging"
+    files_dir.mkdir()
+    outcome = session.run(RunRequest(code=code.encode(), collect_outputs=True), files_dir=files_dir)
+    assert outcome.receipt.status is Status.SUCCEEDED, outcome.stderr
+    assert [f.path for f in outcome.output_files] == ["plain.txt"]
+    assert sorted(os.listdir(files_dir)) == ["plain.txt"]
+    skipped = {s.path: s.reason for s in outcome.receipt.reported_by_program.output_files_skipped}
+    format_reason = "bidirectional or invisible format characters in the name"
+    assert skipped == {
+        "ok\u202etxt.exe": format_reason,
+        "zero\u200bwidth": format_reason,
+        "c1\x9bname": "control characters in the name",
+    }
+    assert all(line.isprintable() for line in outcome.receipt.summary_lines())
+
+
 def test_output_cap_marks_truncation(session: Session) -> None:
     code = "import sys\nfor i in range(200000):\n    sys.stdout.write('%07d\\n' % i)\n"
     outcome = session.run(

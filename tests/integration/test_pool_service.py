@@ -246,3 +246,62 @@ def test_another_uid_is_refused(state_dir: Path, engine: Engine) -> None:
         if running is not None:
             running.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_client_never_uses_a_socket_in_a_folder_others_can_write(
+    service: Service, engine: Engine
+) -> None:
+    """The real service's folder opened to the group: `pybox exec` runs cold and says
+    why, `pybox pool status` refuses; made private again, the service is used."""
+    folder = Path(service.env["PYBOX_STATE_DIR"]) / "pool"
+    os.chmod(folder, 0o770)
+    try:
+        result = run_cli(["exec", "--json", "-"], service.env, stdin=b"print(6*7)\n")
+        assert result.returncode == 0, result.stderr.decode()
+        assert "can be written by other users (mode 0770)" in result.stderr.decode()
+        assert "Running cold." in result.stderr.decode()
+        observed = _pybox_observed(json.loads(result.stdout))
+        assert observed["pool_service"] is False
+        status = run_cli(["pool", "status"], service.env)
+        assert status.returncode != 0 and b"can be written by other users" in status.stderr
+    finally:
+        os.chmod(folder, 0o700)
+    assert _pybox_observed(_exec_json(service.env))["pool_service"] is True
+    assert service.status()["served"] == 1
+
+
+def test_the_client_sends_nothing_to_another_users_listener(
+    pool_env: dict[str, str], engine: Engine
+) -> None:
+    """A listener of uid 65534 where the service's socket would be (the folder is
+    ours): the kernel names its uid, `pybox exec` sends it nothing and runs cold."""
+    if os.geteuid() != 0:
+        pytest.skip("listening as another uid needs root to switch to it")
+    folder = Path(pool_env["PYBOX_STATE_DIR"]) / "pool"
+    folder.mkdir(mode=0o700)
+    listener = (
+        "import os, socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "s.bind(sys.argv[1])\n"
+        "os.setgid(65534); os.setuid(65534)\n"  # the kernel notes the uid at listen()
+        "s.listen(1); s.settimeout(120); print('ready', flush=True)\n"
+        "c, _ = s.accept(); c.settimeout(10)\n"
+        "print(len(c.recv(1 << 16)), flush=True)\n"
+    )
+    child = subprocess.Popen(
+        ["/usr/bin/python3", "-c", listener, str(folder / "cli.sock")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        result = run_cli(["exec", "--json", "-"], pool_env, stdin=b"print(6*7)\n")
+        out, _ = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert result.returncode == 0, result.stderr.decode()
+    assert out == "0\n"  # connected, closed, not a byte of the program sent
+    assert "runs as uid 65534, not as you (uid 0)" in result.stderr.decode()
+    assert _pybox_observed(json.loads(result.stdout))["pool_service"] is False

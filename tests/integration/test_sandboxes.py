@@ -73,6 +73,11 @@ def test_files_persist_and_each_run_is_a_fresh_process(
     files, complete = sandboxes.list_files(sandbox_id)
     assert complete and {"kept.txt", "data", "data/in.txt"} <= {f.path for f in files}
     assert sandboxes.get(sandbox_id).runs == 6
+    # Each program's stored record is chained into the audit log (docs/store.md).
+    verdict = sandboxes.store.verify_audit()
+    assert verdict.ok and verdict.runs is not None, verdict
+    assert not {first.receipt.run_id, second.receipt.run_id} & set(verdict.runs.not_covered)
+    assert verdict.runs.covered >= 6
 
 
 def test_paths_outside_the_workspace_are_refused_in_every_path_tool(

@@ -53,8 +53,12 @@ def record(state: Path, run_id: str, *, sandbox: str | None = None, **kw: Any) -
         request={"code": b"print(1)", "code_name": "main.py", "image": "stdlib", "env": {"A": "x"}},
         sandbox_id=sandbox,
     )
-    store.record_run_finished(run_id, status="succeeded", receipt=receipt(run_id, **kw))
-    store.audit("run", run_id, {"status": "succeeded", "image": "stdlib", "exit_code": 0})
+    store.record_run_finished(
+        run_id,
+        status="succeeded",
+        receipt=receipt(run_id, **kw),
+        audit=("run", run_id, {"status": "succeeded", "image": "stdlib", "exit_code": 0}),
+    )
     store.close()
 
 
@@ -176,7 +180,9 @@ def test_audit_verify_says_intact_or_names_the_first_broken_link(
     for number in range(1, 5):
         record(state, f"888888000000000{number}")
     assert main(["audit", "verify"]) == 0
-    assert capsys.readouterr().out == "audit chain intact: 4 entries\n"
+    assert capsys.readouterr().out == (
+        "audit chain intact: 4 entries\nstored runs: 4 covered by the chain\n"
+    )
     connection = sqlite3.connect(state / DB_NAME, isolation_level=None)
     connection.execute("DROP TRIGGER audit_no_update")
     connection.execute("UPDATE audit SET subject = 'someone else' WHERE seq = 3")
@@ -192,13 +198,102 @@ def test_audit_verify_says_intact_or_names_the_first_broken_link(
         "entries": 3,
         "first_broken_seq": 3,
         "reason": verdict["reason"],
+        "runs": None,  # not checked: the chain itself is broken
     }
 
 
 def test_one_entry_is_one_entry(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
     record(state, "9999990000000009")
     assert main(["audit", "verify"]) == 0
-    assert capsys.readouterr().out == "audit chain intact: 1 entry\n"
+    assert capsys.readouterr().out == (
+        "audit chain intact: 1 entry\nstored runs: 1 covered by the chain\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "UPDATE runs SET status = 'succeeded' WHERE run_id = '{run}'",
+        "UPDATE runs SET receipt = replace(receipt, '\"failed\"', '\"succeeded\"') "
+        "WHERE run_id = '{run}'",
+        "UPDATE runs SET finished_at = finished_at + 1 WHERE run_id = '{run}'",
+        "UPDATE runs SET request = '{{}}' WHERE run_id = '{run}'",
+    ],
+)
+def test_a_stored_receipt_edited_after_the_run_breaks_the_audit(
+    state: Path, capsys: pytest.CaptureFixture[str], edit: str
+) -> None:
+    """A run recorded `failed`, made `succeeded` in the file: `audit verify` fails and
+    names the entry that chained the record."""
+    record(state, "aaaaaa0000000001")
+    store = Store.open(state)
+    store.record_run_started("aaaaaa0000000002", kind="run", owner="o", request={"argv": []})
+    failed = {"run_id": "aaaaaa0000000002", "status": "failed", "exit_code": 1}
+    store.record_run_finished("aaaaaa0000000002", status="failed", receipt=failed)
+    store.audit("sandbox.create", "sbx", {})  # a later entry: the chain itself stays intact
+    store.close()
+    assert main(["audit", "verify"]) == 0
+    assert "stored runs: 2 covered by the chain" in capsys.readouterr().out
+    connection = sqlite3.connect(state / DB_NAME, isolation_level=None)
+    connection.execute(edit.format(run="aaaaaa0000000002"))
+    connection.close()
+    assert main(["audit", "verify"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "audit chain BROKEN at entry 2: run aaaaaa0000000002's stored record was changed "
+        "after entry 2 chained it"
+    )
+    assert main(["audit", "verify", "--json"]) == 1
+    verdict = json.loads(capsys.readouterr().out)
+    assert (verdict["ok"], verdict["first_broken_seq"]) == (False, 2)
+    assert verdict["runs"] == {"covered": 1, "not_covered": [], "unfinished": 0}
+
+
+def test_a_chained_run_deleted_from_the_store_breaks_the_audit(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record(state, "bbbbbb0000000001")
+    record(state, "bbbbbb0000000002")
+    connection = sqlite3.connect(state / DB_NAME, isolation_level=None)
+    connection.execute("DELETE FROM runs WHERE run_id = 'bbbbbb0000000001'")
+    connection.close()
+    assert main(["audit", "verify"]) == 1
+    assert capsys.readouterr().out.startswith(
+        "audit chain BROKEN at entry 1: run bbbbbb0000000001, chained by entry 1, is gone"
+    )
+
+
+def test_runs_no_entry_covers_are_named_not_passed_silently(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows from before records were chained (or added to the file by hand) have no
+    hash in the chain: verify says so, by id, and cannot vouch for them."""
+    record(state, "cccccc0000000001")
+    connection = sqlite3.connect(state / DB_NAME, isolation_level=None)
+    for number in range(2, 9):  # as an older pybox stored them: no chained hash
+        connection.execute(
+            "INSERT INTO runs (run_id, kind, owner, started_at, finished_at, status, request, "
+            "receipt) VALUES (?, 'run', 'o', 1.0, 2.0, 'succeeded', '{}', '{}')",
+            (f"cccccc000000000{number}",),
+        )
+    connection.execute(
+        "INSERT INTO runs (run_id, kind, owner, started_at, request) "
+        "VALUES ('dddddd0000000001', 'run', 'o', 1.0, '{}')"
+    )
+    connection.close()
+    assert main(["audit", "verify"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "audit chain intact: 1 entry"
+    assert lines[1] == (
+        "stored runs: 1 covered by the chain; 7 NOT covered (recorded before pybox chained "
+        "run records, or added by someone else; unverified): cccccc0000000002, "
+        "cccccc0000000003, cccccc0000000004, cccccc0000000005, cccccc0000000006 and 2 more "
+        "(--json lists them); 1 with no recorded end (no receipt)"
+    )
+    assert main(["audit", "verify", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert runs["covered"] == 1 and runs["unfinished"] == 1
+    assert runs["not_covered"] == [f"cccccc000000000{n}" for n in range(2, 9)]
 
 
 def test_a_broken_store_is_an_error_naming_the_file(

@@ -124,9 +124,10 @@ def test_a_hostile_output_name_cannot_redraw_the_receipt(
     _assert_inert(lines)
     assert lines[0].startswith("pybox: failed, exit 7")
     assert [line for line in lines if line.startswith("pybox:")] == [lines[0]]
-    assert "; 1 file returned" in next(line for line in lines if line.startswith("  output:"))
+    assert "; 0 files returned" in next(line for line in lines if line.startswith("  output:"))
     [skipped] = [line for line in lines if line.startswith("  skipped:")]
     assert "'x\\r\\x1b[6A\\x1b[Jpybox: succeeded, exit 0' (control characters" in skipped
+    assert "'ok\\u202etxt.py' (bidirectional or invisible format characters" in skipped
 
 
 def test_skipped_files_are_summarised_on_one_line(
@@ -193,3 +194,37 @@ def test_no_message_in_the_source_says_a_word_with_s_in_brackets() -> None:
                 if "(s)" in text or "(es)" in text:
                     found.append(f"{path.relative_to(src)}:{node.lineno}: {text[:60]!r}")
     assert not found, found
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("plain.txt", None),
+        ("données/été.csv", None),
+        ("名前.py", None),
+        ("with space", None),
+        ("nbsp\u00a0x", None),  # an unusual space: left to each place's own checks
+        ("a\nb", "control characters"),
+        ("del\x7f", "control characters"),
+        ("c1\x9b", "control characters"),
+        ("ok\u202etxt.exe", "bidirectional or invisible format characters"),
+        *(
+            (f"x{chr(code)}y", "bidirectional or invisible format characters")
+            for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x61C)
+        ),
+        ("zw\u200bsp", "bidirectional or invisible format characters"),
+        ("joiner\u200d", "bidirectional or invisible format characters"),
+        ("soft\u00adhyphen", "bidirectional or invisible format characters"),
+        ("bom\ufeff", "bidirectional or invisible format characters"),
+        ("tag\U000e0041", "bidirectional or invisible format characters"),
+        ("para\u2029", "bidirectional or invisible format characters"),
+    ],
+)
+def test_names_with_controls_or_format_characters_are_refused(
+    name: str, problem: str | None
+) -> None:
+    from pybox._core.display import name_problem
+
+    assert name_problem(name) == problem
+    if problem is not None:  # and where such a name is shown, it is shown escaped
+        assert escape_text(name).isprintable()

@@ -180,13 +180,14 @@ def test_fifos_sockets_big_and_unreadable_files_are_skipped(tmp_path: Path) -> N
 
 
 def test_odd_names_are_skipped_and_shown_escaped(tmp_path: Path) -> None:
-    make(tmp_path, {"bad\nname.py": "x", "fine.py": "y"})
+    make(tmp_path, {"bad\nname.py": "x", "ok\u202etxt.exe": "z", "fine.py": "y"})
     os.close(os.open(os.fsencode(tmp_path) + b"/latin\xe9.txt", os.O_CREAT | os.O_WRONLY, 0o644))
     copy, members, _ = pack(tmp_path)
     assert set(members) == {"fine.py"}
     reasons = {s.path: s.reason for s in copy.skipped}
     assert reasons == {
         "bad\\x0aname.py": "name holds control characters",
+        "ok\\u202etxt.exe": "name holds bidirectional or invisible format characters",
         "latin\\xe9.txt": "name is not valid UTF-8",
     }
 

@@ -40,11 +40,11 @@ def test_box_text_stays_out_of_pybox_part_and_inside_tagged_sections(
     pybox_part = text.partition("\n--- begin box-reported files")[0]
     # pybox's part: the summary and counts; no name and no program output.
     assert FORGED not in pybox_part and "hello" not in pybox_part and "yxt" not in pybox_part
-    assert "skipped: 1 output file listed as not returned" in pybox_part
+    assert "skipped: 2 output files listed as not returned" in pybox_part
     assert all(line.isprintable() for line in pybox_part.split("\n"))
     files = text.partition("\n--- begin box-reported files")[2]
     assert f"skipped 'bad\\n{FORGED}': control characters in the name" in files
-    assert "returned 'r\\u202eyxt.py' (1 byte)" in files
+    assert "skipped 'r\\u202eyxt.py': bidirectional or invisible format characters" in files
     # The program's part: each stream between tagged lines the program could not print.
     tag = re.search(r"\(untrusted\) ([0-9a-f]{16}) ---", text)
     assert tag is not None

@@ -134,6 +134,13 @@ def test_unicode_and_odd_but_safe_names_are_kept(root: Path) -> None:
         ("a/b\x00c", "control characters in the name"),
         ("\x1b[2J", "control characters in the name"),
         ("del\x7f", "control characters in the name"),
+        ("c1\x9b2J", "control characters in the name"),
+        ("ok\u202etxt.exe", "bidirectional or invisible format characters in the name"),
+        ("d/\u2066x\u2069", "bidirectional or invisible format characters in the name"),
+        ("rlm\u200f.py", "bidirectional or invisible format characters in the name"),
+        ("zero\u200bwidth", "bidirectional or invisible format characters in the name"),
+        ("tag\U000e0041", "bidirectional or invisible format characters in the name"),
+        ("line\u2028sep", "bidirectional or invisible format characters in the name"),
     ],
 )
 def test_unsafe_paths_are_skipped_and_their_data_dropped(

@@ -317,3 +317,144 @@ def test_ctrl_c_before_go_stops_without_running(
     assert exec_through_service(["exec", "job.py"]) == (130, None)
     assert "stopped before a box was started" in capfd.readouterr().err
     thread.join(timeout=10)
+
+
+# -- whom the client trusts with its code (SO_PEERCRED, the socket's folder) -----------
+
+
+def _listener_in(folder: Path) -> tuple[threading.Thread, list[bytes | None]]:
+    """A listener at folder/cli.sock that notes what its one client sent (None: nobody
+    connected within 5 s)."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(folder / "cli.sock"))
+    listener.listen(1)
+    listener.settimeout(5)
+    got: list[bytes | None] = []
+
+    def serve() -> None:
+        with listener:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                got.append(None)
+                return
+            with conn:
+                conn.settimeout(5)
+                got.append(conn.recv(1 << 16))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, got
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707, 0o777])
+def test_a_socket_in_a_folder_others_can_write_is_never_used(
+    state: StateStore, tmp_path: Path, capfd: pytest.CaptureFixture[str], mode: int
+) -> None:
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    folder = state.root / "pool"
+    thread, got = _listener_in(folder)
+    os.chmod(folder, mode)
+    assert exec_through_service(["exec", "job.py"]) == (None, None)  # the caller runs cold
+    thread.join(timeout=10)
+    assert got == [None]  # not even connected: nothing of the program was sent
+    err = capfd.readouterr().err
+    assert f"its folder {folder} can be written by other users (mode {mode:04o})" in err
+    assert "Running cold." in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="listening as another uid needs root")
+def test_a_listener_of_another_uid_gets_no_code(
+    state: StateStore, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A real listener of uid 65534 in our own folder: the kernel says who it is, and
+    the client closes the connection without sending a byte."""
+    import subprocess
+    import sys
+
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    folder = state.root / "pool"
+    folder.mkdir(mode=0o700)
+    listener = (
+        "import os, socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "s.bind(sys.argv[1])\n"
+        "os.setgid(65534); os.setuid(65534)\n"  # the kernel notes the uid at listen()
+        "s.listen(1); s.settimeout(20); print('ready', flush=True)\n"
+        "c, _ = s.accept(); c.settimeout(5)\n"
+        "print(len(c.recv(1 << 16)), flush=True)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", listener, str(folder / "cli.sock")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+        assert exec_through_service(["exec", "job.py"]) == (None, None)
+        out, _ = child.communicate(timeout=20)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert out == "0\n"  # connected, and closed with nothing sent
+    err = capfd.readouterr().err
+    assert f"runs as uid 65534, not as you (uid {os.geteuid()})" in err
+    assert "Running cold." in err
+
+
+def test_pool_status_refuses_another_users_listener(
+    service: PoolService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pybox._core.errors import StateError
+    from pybox._frontends.cli import _pool
+
+    monkeypatch.setattr(_pool, "peer_credentials", lambda sock: (4242, os.geteuid() + 1))
+    path = str(service.socket_path)
+    with pytest.raises(StateError, match=f"runs as uid {os.geteuid() + 1}, not as you"):
+        _pool._ask(path, "status")
+    assert service.status()["served"] == 0
+
+
+def test_our_own_service_passes_the_checks(service: PoolService) -> None:
+    """The real check on a real socket: the service's own uid is ours."""
+    from pybox._frontends.cli import _pool
+
+    answer = _pool._ask(str(service.socket_path), "status")
+    assert answer is not None and answer["status"]["pid"] == os.getpid()
+
+
+# -- the first frame's deadline is for the whole frame ---------------------------------
+
+
+def test_a_client_dripping_its_first_frame_is_cut_off_at_the_deadline(
+    service: PoolService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One byte every 0.4 s never lets a single read wait 1 s, but the whole frame
+    must arrive within 1 s: the service drops the connection then, not later."""
+    import select
+    import time
+
+    monkeypatch.setattr(_poolservice, "FIRST_FRAME_TIMEOUT_S", 1.0)
+    frame = encode_frame({"t": "status", "wire": 1})
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(str(service.socket_path))
+    started = time.monotonic()
+    dropped_after = None
+    with client:
+        for byte in frame[:-1]:  # never the whole frame
+            try:
+                client.sendall(bytes([byte]))
+            except OSError:  # the service has closed its end
+                dropped_after = time.monotonic() - started
+                break
+            readable, _, _ = select.select([client], [], [], 0.4)
+            if readable and client.recv(1) == b"":
+                dropped_after = time.monotonic() - started
+                break
+            if time.monotonic() - started > 6:
+                break
+    assert dropped_after is not None and dropped_after < 3.0
+    assert "the frame did not arrive in time" in _log(service)

@@ -190,3 +190,34 @@ def test_the_wire_json_refuses_what_is_not_json(text: str) -> None:
 def test_the_wire_json_writes_no_nan() -> None:
     with pytest.raises(ValueError):
         dumps({"x": float("nan")})
+
+
+# -- whom the client trusts (pure decisions; the I/O is tested in test_pool_service) ----
+
+
+def test_the_client_uses_only_its_own_uids_private_folder() -> None:
+    from pybox._core.poolwire import folder_refusal
+
+    folder = 0o040000
+    assert folder_refusal("/s/pool", 1000, folder | 0o700, 1000) is None
+    assert folder_refusal("/s/pool", 1000, folder | 0o755, 1000) is None
+    assert "belongs to uid 0, not to you (uid 1000)" in str(
+        folder_refusal("/s/pool", 0, folder | 0o700, 1000)
+    )
+    for mode in (0o770, 0o730, 0o703, 0o1777):
+        assert "can be written by other users" in str(
+            folder_refusal("/s/pool", 1000, folder | mode, 1000)
+        )
+    link = 0o120000
+    assert "is not a folder" in str(folder_refusal("/s/pool", 1000, link | 0o777, 1000))
+
+
+def test_the_client_sends_code_only_to_a_listener_of_its_own_uid() -> None:
+    from pybox._core.poolwire import listener_refusal
+
+    assert listener_refusal("/s/pool/cli.sock", 1000, 1000) is None
+    assert "runs as uid 0, not as you (uid 1000)" in str(
+        listener_refusal("/s/pool/cli.sock", 0, 1000)
+    )
+    assert "runs as uid 1001" in str(listener_refusal("/s/pool/cli.sock", 1001, 1000))
+    assert "no SO_PEERCRED" in str(listener_refusal("/s/pool/cli.sock", None, 1000))

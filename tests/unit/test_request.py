@@ -143,6 +143,10 @@ def test_good_input_names(name: str) -> None:
         ("tab\t", "control characters"),
         ("del\x7f", "control characters"),
         ("esc\x1b[31m", "control characters"),
+        ("c1\x85", "control characters"),
+        ("ok\u202etxt.exe", "bidirectional or invisible format characters"),
+        ("\u061cx", "bidirectional or invisible format characters"),
+        ("bom\ufeff", "bidirectional or invisible format characters"),
         ("x" * (MAX_NAME_BYTES + 1), f"longer than {MAX_NAME_BYTES} bytes"),
         ("é" * 128, f"longer than {MAX_NAME_BYTES} bytes"),  # 256 bytes in UTF-8
     ],

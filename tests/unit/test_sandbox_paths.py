@@ -30,6 +30,8 @@ def test_paths_inside_are_made_relative(given: str, expected: str) -> None:
         ("/pybox/workshop/x", "outside the sandbox's workspace"),
         ("a\nb", "control characters"),
         ("a\x1b[2Jb", "control characters"),
+        ("out/ok\u202etxt.exe", "bidirectional or invisible format characters"),
+        ("\u200eleft", "bidirectional or invisible format characters"),
         ("x" * 2000, "longer than"),
         ("/".join("d" * 40), "folders deep"),
         ("", "names the workspace itself"),

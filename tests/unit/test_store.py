@@ -21,6 +21,7 @@ from pybox._core.request import RunRequest
 from pybox._features.store import (
     DB_NAME,
     SCHEMA_VERSION,
+    RunsVerdict,
     SandboxRow,
     Store,
     TransitionRefused,
@@ -325,11 +326,43 @@ def test_a_session_run_is_recorded_with_its_receipt_and_an_audit_entry(
     assert run.request["code_size_bytes"] == len(b"print(42)")
     (entry,) = session.store().audit_tail(5)
     assert (entry.operation, entry.subject) == ("run", receipt.run_id)
-    assert entry.details == {"status": "succeeded", "image": "stdlib", "exit_code": 0}
+    assert entry.details == {
+        "status": "succeeded",
+        "image": "stdlib",
+        "exit_code": 0,
+        "run_id": receipt.run_id,
+        "record_sha256": entry.details["record_sha256"],  # the stored record's, chained
+    }
+    assert session.store().verify_audit().runs == RunsVerdict(1, (), 0, None, None)
     session.close()
     for path in session.state_dir.iterdir():
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_a_failed_run_edited_to_succeeded_in_the_store_fails_verify(
+    session: Session, engine: FakeEngine
+) -> None:
+    """The real recording path (Session.run): the stored receipt is chained, so an
+    edit of the row after the run is found by `verify_audit`."""
+    engine.script = Script(stdout=b"", exit_code=3)
+    receipt = session.run(session.prepare(RunRequest(code=b"raise SystemExit(3)"))).receipt
+    assert receipt.status.value == "failed"
+    store = session.store()
+    assert store.verify_audit().ok
+    connection = sqlite3.connect(store.path, isolation_level=None)
+    connection.execute(
+        "UPDATE runs SET status = 'succeeded', receipt = replace(receipt, "
+        '\'"status":"failed"\', \'"status":"succeeded"\') WHERE run_id = ?',
+        (receipt.run_id,),
+    )
+    connection.close()
+    run = store.get_run(receipt.run_id)
+    assert run is not None and run.status == "succeeded"  # the edit took
+    verdict = store.verify_audit()
+    assert not verdict.ok
+    assert f"run {receipt.run_id}'s stored record was changed" in str(verdict.reason)
+    session.close()
 
 
 def test_a_store_that_cannot_be_written_leaves_the_run_standing(

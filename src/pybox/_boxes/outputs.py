@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pybox._adapters.host_facts import current_owner, owner_alive
 from pybox._core.boxquote import quoting
+from pybox._core.display import name_problem
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.receipt import ReturnedFileDigest, SkippedFile
 from pybox._core.wire import MAX_SKIPPED_LISTED, ProtocolError
@@ -49,8 +50,9 @@ def _unsafe_path(path: str) -> str | None:
     for part in parts:
         if part in ("", ".", ".."):
             return "path with an empty or dot component"
-        if any(ord(c) < 32 or ord(c) == 127 for c in part):
-            return "control characters in the name"
+        problem = name_problem(part)
+        if problem is not None:
+            return f"{problem} in the name"
     return None
 
 

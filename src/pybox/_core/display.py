@@ -1,6 +1,6 @@
 """Text for people and agents: how pybox shows strings it did not write (pure, no I/O).
 
-Two rules, one module, so every front end escapes the same way:
+Three rules, one module, so every front end escapes (or refuses) the same way:
 
 - `escape_text` is for text pybox places inside its *own* lines: returned and
   skipped file names, skip reasons, engine and model messages, error texts. Every
@@ -15,6 +15,17 @@ Two rules, one module, so every front end escapes the same way:
   keeps what ordinary text needs (newlines, tabs, CRLF line ends, all printable
   Unicode including joiners) and shows the rest as escapes, so the output
   cannot change the terminal's state for the lines pybox prints after it.
+- `name_problem` is for names pybox writes to disk or hands to a box (returned
+  files, input names, sandbox paths, copied project files). A name holding a
+  control character (Unicode category Cc: C0, DEL, C1) or a format or
+  separator character (Cf, Zl, Zp: the bidirectional controls U+202A..U+202E,
+  U+2066..U+2069, U+200E/U+200F and U+061C, zero-width spaces and joiners,
+  the BOM, soft hyphens, tag characters, line and paragraph separators) is
+  refused, not escaped: it would be written as it is, and `ok\\u202etxt.exe`
+  lists as `okexe.txt` in a file manager. Joiners are refused too, though some
+  scripts and emoji use them: they let two different names look the same.
+  Other spaces, unassigned and private-use characters, and undecodable bytes
+  are left to the checks of each place.
 
 Escapes use Python's notation (`\\x1b`, `\\r`, `\\u202e`); an undecodable
 byte 0xNN is shown as `\\xNN`. Backslashes themselves are left alone, so text
@@ -74,6 +85,26 @@ def neutralise_output(data: bytes) -> bytes:
     """A program's raw output, made safe to write to a terminal (see `neutralise_text`)."""
     text = data.decode("utf-8", "surrogateescape")
     return neutralise_text(text).encode("utf-8")
+
+
+# What `name_problem` refuses, by Unicode general category (see the module's docstring).
+_CONTROL_CATEGORIES = frozenset({"Cc"})
+_FORMAT_CATEGORIES = frozenset({"Cf", "Zl", "Zp"})
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` (a file name or path) may not be written or used, by its characters:
+    "control characters", "bidirectional or invisible format characters", or None."""
+    if name.isprintable():  # no Cc, Cf, Zl or Zp in it: the common case, fast
+        return None
+    import unicodedata  # only for a name that holds something unprintable
+
+    categories = {unicodedata.category(char) for char in name}
+    if categories & _CONTROL_CATEGORIES:
+        return "control characters"
+    if categories & _FORMAT_CATEGORIES:
+        return "bidirectional or invisible format characters"
+    return None
 
 
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:

@@ -50,6 +50,48 @@ class WireError(InvalidRequest):
     """A frame that does not follow the pool service's wire."""
 
 
+# -- whom a client trusts with its code (the client does the I/O, these decide) ------
+
+_GROUP_OR_OTHER_WRITE = 0o022
+_DIRECTORY = 0o040000  # stat.S_IFDIR, spelled out: the pool client does not import stat
+_FILE_TYPE = 0o170000  # stat.S_IFMT's mask
+
+
+def folder_refusal(folder: str, owner_uid: int, mode: int, own_uid: int) -> str | None:
+    """Why a client must not use a socket in `folder` (its lstat: owner, mode), or None.
+
+    Only a folder of the client's own uid that no other user can write is used: in
+    any other, another user could put their own listener in the service's place.
+    """
+    if mode & _FILE_TYPE != _DIRECTORY:
+        return f"its folder {folder} is not a folder (a link, or another kind of file)"
+    if owner_uid != own_uid:
+        return f"its folder {folder} belongs to uid {owner_uid}, not to you (uid {own_uid})"
+    if mode & _GROUP_OR_OTHER_WRITE:
+        return (
+            f"its folder {folder} can be written by other users (mode {mode & 0o7777:04o}); "
+            f"`chmod 700 {folder}`, or `pybox pool start` makes it so"
+        )
+    return None
+
+
+def listener_refusal(socket_path: str, peer_uid: int | None, own_uid: int) -> str | None:
+    """Why a client must not send its request to the process listening at
+    `socket_path` (its uid from the kernel, SO_PEERCRED; None: not known), or None.
+
+    Only the client's own uid: a pool service is started by its user and serves
+    only that uid, so any other listener (root included) is not pybox's service.
+    """
+    if peer_uid is None:
+        return f"this system does not say which user listens on {socket_path} (no SO_PEERCRED)"
+    if peer_uid != own_uid:
+        return (
+            f"the process listening on {socket_path} runs as uid {peer_uid}, not as you "
+            f"(uid {own_uid}); it is not your pool service"
+        )
+    return None
+
+
 # JSON through the C functions the json module itself uses: importing json brings
 # re, enum and collections (about 8 ms of the client's start-up). Same parser,
 # same checks; an error still raises json's own JSONDecodeError (a ValueError).

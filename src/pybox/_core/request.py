@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from pybox._core.display import name_problem
 from pybox._core.errors import InvalidRequest
 from pybox._core.images import ImageRecord, check_image_name
 from pybox._core.limits import LimitRequest, Limits
@@ -81,8 +82,8 @@ def check_input_name(name: object) -> str:
         problem = "is empty or a dot entry"
     elif "/" in name or "\\" in name:
         problem = "contains a path separator; give a plain file name"
-    elif any(ord(c) < 32 or ord(c) == 127 for c in name):
-        problem = "contains control characters"
+    elif name_problem(name) is not None:
+        problem = f"contains {name_problem(name)}"
     elif len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
         problem = f"is longer than {MAX_NAME_BYTES} bytes"
     if problem:

@@ -11,12 +11,19 @@ and stderr. Anything the client cannot hand over as it is, or any refusal or
 failure before the service has been told to go, means `None`: the caller runs
 the command cold, in this process. After "go" it never runs cold: the program
 may have started.
+
+It hands its program to no one but its own user's service: a socket in a
+folder another user could write is not used, and after connecting the
+kernel's word on the listener's uid (SO_PEERCRED) must be the client's own;
+otherwise it says why and the command runs cold (`poolwire.folder_refusal`,
+`poolwire.listener_refusal`).
 """
 
 from __future__ import annotations
 
 import _socket  # not socket: its enums and selectors cost every run (~3 ms)
 import os
+import struct
 import sys
 
 from pybox._core.locations import config_path, pool_socket_path, state_dir_path
@@ -28,8 +35,10 @@ from pybox._core.poolwire import (
     WireError,
     decode_header,
     encode_frame,
+    folder_refusal,
     frame_lengths,
     identity_of,
+    listener_refusal,
 )
 
 EXIT_PYBOX_FAILED = 125
@@ -209,11 +218,26 @@ def exec_through_service(argv: list[str]) -> tuple[int | None, bytes | None]:
     state = _state_dir(plan.config)
     if state is None:
         return None, None
+    path = pool_socket_path(state)
+    folder = os.path.dirname(path)
+    try:
+        info = os.lstat(folder)
+        os.lstat(path)
+    except OSError:
+        return None, None  # no folder or no socket: no service
+    # Checked before connecting, and the listener after: code goes only to this user's own.
+    refusal = folder_refusal(folder, info.st_uid, info.st_mode, os.geteuid())
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        sock.connect(pool_socket_path(state))
+        if refusal is None:
+            sock.connect(path)
+            refusal = listener_refusal(path, _peer_uid(sock), os.geteuid())
     except OSError:
         sock.close()
+        return None, None
+    if refusal is not None:
+        sock.close()
+        _say(f"pybox: not using the pool service: {refusal}. Running cold.")
         return None, None
     try:
         code_stdin = sys.stdin.buffer.read() if plan.program == "-" else None
@@ -223,6 +247,15 @@ def exec_through_service(argv: list[str]) -> tuple[int | None, bytes | None]:
         return EXIT_STOPPED, None
     finally:
         sock.close()
+
+
+def _peer_uid(sock: _socket.socket) -> int | None:
+    """The listening process's uid, from the kernel; None where it cannot say."""
+    option = getattr(_socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(_socket.SOL_SOCKET, option, 12))
+    return int(uid)
 
 
 def _exchange(sock: _socket.socket, plan: _Plan, argv: list[str], code: bytes | None) -> int | None:

@@ -18,8 +18,9 @@ What is left behind is listed with the reason: folders named in the policy's
 `skip_names`, secret-shaped names (`secrets.py`, not configurable), links that
 lead outside the project or are absolute, fifos, sockets and devices, files
 larger than `max_file_bytes`, unreadable ones, names that are not UTF-8 or hold
-control characters, and paths no sandbox tool could name (deeper than 32
-folders or longer than 1024 bytes). More entries than `max_files` (files, links
+control or bidirectional/invisible format characters (`display.name_problem`),
+and paths no sandbox tool could name (deeper than 32 folders or longer than
+1024 bytes). More entries than `max_files` (files, links
 and folders), more bytes than `max_total_bytes` or more skipped entries than
 `max_files` stop the copy with `ProjectTooBig`; the stream written so far is
 then incomplete and must be thrown away.
@@ -38,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from pybox._core.display import name_problem
 from pybox._core.errors import ProjectTooBig
 from pybox._features.experiments.project import MIB, ProjectPolicy
 from pybox._features.experiments.secrets import (
@@ -268,8 +270,9 @@ def _name_problem(rel: str, parts: tuple[str, ...]) -> str | None:
         size = len(rel.encode("utf-8"))
     except UnicodeEncodeError:
         return "name is not valid UTF-8"
-    if any(ord(c) < 32 or ord(c) == 127 for c in rel):
-        return "name holds control characters"
+    problem = name_problem(rel)
+    if problem is not None:
+        return f"name holds {problem}"
     if len(parts) > MAX_COMPONENTS:
         return f"nested deeper than {MAX_COMPONENTS} folders"
     if size > MAX_PATH_BYTES:

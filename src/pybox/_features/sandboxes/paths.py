@@ -1,7 +1,8 @@
 """Paths from callers, confined to a sandbox's workspace (pure).
 
 Every tool that takes a path goes through `workspace_path` first: `..`, an
-absolute path outside the workspace, control characters and over-long paths
+absolute path outside the workspace, control and bidirectional or invisible
+format characters (`display.name_problem`) and over-long paths
 are refused here, before anything is sent. The box checks again and never
 follows a link (`pybox/_inbox/sandbox_files.py`), so a link the agent's own
 code planted cannot lead outside either.
@@ -9,6 +10,7 @@ code planted cannot lead outside either.
 
 from __future__ import annotations
 
+from pybox._core.display import name_problem
 from pybox._core.errors import InvalidRequest
 from pybox._core.posture import WORK_DIR
 
@@ -22,8 +24,9 @@ def workspace_path(path: object, *, what: str = "path", folder_ok: bool = False)
     if not isinstance(path, str):
         raise InvalidRequest(f"The {what} must be a string, not {type(path).__name__}.")
     shown = repr(path[:200])
-    if any(ord(c) < 32 or ord(c) == 127 for c in path):
-        raise InvalidRequest(f"The {what} {shown} holds control characters; give a plain path.")
+    problem = name_problem(path)
+    if problem is not None:
+        raise InvalidRequest(f"The {what} {shown} holds {problem}; give a plain path.")
     if len(path.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
         raise InvalidRequest(
             f"The {what} is longer than {MAX_PATH_BYTES} bytes; give a shorter path."

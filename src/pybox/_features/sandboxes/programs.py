@@ -117,10 +117,16 @@ def _after_program(
     store = sandboxes.store
     now = time.time()
     if outcome is not None:
-        receipt = outcome.receipt.to_dict()
-        store.record_run_finished(run_id, status=outcome.receipt.status.value, receipt=receipt)
-    status = "interrupted" if outcome is None else outcome.receipt.status.value
-    store.audit(kind, row.sandbox_id, {"run_id": run_id, "status": status})
+        status = outcome.receipt.status.value
+        # The record and its audit entry (which chains the record's hash) in one step.
+        store.record_run_finished(
+            run_id,
+            status=status,
+            receipt=outcome.receipt.to_dict(),
+            audit=(kind, row.sandbox_id, {"run_id": run_id, "status": status}),
+        )
+    else:
+        store.audit(kind, row.sandbox_id, {"run_id": run_id, "status": "interrupted"})
     if box.removal is not None:
         why = f"its box broke during run {run_id}: {box.broken or 'removed'}"[:300]
         store.transition(row.sandbox_id, "destroyed", why, last_used_at=now, runs=row.runs + 1)

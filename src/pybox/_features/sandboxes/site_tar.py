@@ -22,7 +22,7 @@ from typing import Any
 
 from pybox._adapters.piptool import redact
 from pybox._core.boxquote import BoxQuote, quoting
-from pybox._core.display import escape_text
+from pybox._core.display import escape_text, name_problem
 from pybox._core.errors import LibraryInstallError
 from pybox._core.limits import MIB
 from pybox._core.locks import normalize_name
@@ -31,7 +31,6 @@ from pybox._features.images.pip_output import explain_pip_failure
 _HEX64_RE = re.compile(r"[0-9a-f]{64}")
 _NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,99}")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_NAME_BYTES = 4096
 MAX_ENTRIES = 200_000
 # A tar entry's header, padding and long-name record, at the most.
@@ -191,8 +190,11 @@ def _wheel_sha256(download_info: Any) -> str | None:
 
 def _relative(name: str, top: str) -> tuple[str | None, str | None]:
     """(name below `top`, why it is left out): `top` itself is (None, None)."""
-    if _CONTROL_RE.search(name) or len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
-        return None, "its name holds control characters or is too long"
+    problem = name_problem(name)
+    if problem is not None:
+        return None, f"its name holds {problem}"
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        return None, "its name is too long"
     if name.startswith("/"):
         return None, "an absolute name"
     parts = [part for part in name.split("/") if part not in ("", ".")]

@@ -6,6 +6,14 @@ of the one before it, so editing, deleting or reordering any entry breaks the
 chain at (or right after) that entry. Cutting entries off the end leaves a shorter
 chain that still verifies: only a hash written down elsewhere (`pybox audit tail`
 shows the last one) can tell.
+
+A run's stored record (its row in `runs`: status, receipt, request, times) is
+chained too: when pybox records a run's end it appends, in the same
+transaction, an entry whose details hold `run_id` and `record_sha256`, the
+sha256 of the canonical JSON of the row's columns as stored (`run_record_hash`).
+`check_runs` then finds a record edited after its entry (a `failed` run made
+`succeeded`), a chained record deleted, and records no entry covers (stored
+before pybox chained records, or added to the file by someone else).
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pybox._features.store.rows import AuditEntry, AuditVerdict
+from pybox._features.store.rows import AuditEntry, AuditVerdict, RunsVerdict
 
 GENESIS_HASH = "0" * 64
 
@@ -78,3 +86,78 @@ def check_chain(entries: Iterable[AuditEntry]) -> AuditVerdict:
             )
         prev, expected_seq = entry.entry_hash, expected_seq + 1
     return AuditVerdict(True, count, None, None)
+
+
+# The runs table's columns, in the order `run_record_hash` reads them.
+RUN_RECORD_COLUMNS = (
+    "run_id, kind, sandbox_id, owner, started_at, finished_at, status, request, receipt"
+)
+
+
+def run_record_hash(row: tuple[Any, ...]) -> str:
+    """sha256 of the canonical JSON of a run's row (RUN_RECORD_COLUMNS, as stored:
+    the request and receipt as their JSON text), so any change to any column shows."""
+    text = canonical_json(list(row))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def chained_records(entries: Iterable[AuditEntry]) -> dict[str, tuple[int, str]]:
+    """run id -> (seq, record_sha256) of the last entry that chains its record."""
+    chained: dict[str, tuple[int, str]] = {}
+    for entry in entries:
+        run_id, digest = entry.details.get("run_id"), entry.details.get("record_sha256")
+        if isinstance(run_id, str) and isinstance(digest, str):
+            chained[run_id] = (entry.seq, digest)
+    return chained
+
+
+def check_runs(
+    chained: Mapping[str, tuple[int, str]], rows: Iterable[tuple[Any, ...]]
+) -> RunsVerdict:
+    """Every stored run (rows of RUN_RECORD_COLUMNS) against the hashes the chain holds.
+
+    A record whose hash is not the one its entry chained (edited after it was
+    recorded), or a chained record that is gone, breaks the verdict (the entry
+    with the lowest seq is named). A finished run no entry chains is listed as
+    not covered; a run with no recorded end has no receipt to cover.
+    """
+    covered, not_covered, unfinished = 0, [], 0
+    broken: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    for row in rows:
+        run_id, receipt = str(row[0]), row[-1]
+        seen.add(run_id)
+        found = chained.get(run_id)
+        if found is None:
+            if receipt is None:
+                unfinished += 1
+            else:
+                not_covered.append(run_id)
+            continue
+        seq, digest = found
+        try:
+            recomputed = run_record_hash(row)
+        except (TypeError, ValueError):
+            recomputed = ""
+        if recomputed != digest:
+            broken.append(
+                (
+                    seq,
+                    f"run {run_id}'s stored record was changed after entry {seq} chained it: "
+                    "its columns (status, receipt, request, times) no longer hash to the "
+                    "record_sha256 that entry holds",
+                )
+            )
+        else:
+            covered += 1
+    for run_id, (seq, _) in chained.items():
+        if run_id not in seen:
+            broken.append((seq, f"run {run_id}, chained by entry {seq}, is gone from the store"))
+    first = min(broken) if broken else None
+    return RunsVerdict(
+        covered=covered,
+        not_covered=tuple(sorted(not_covered)),
+        unfinished=unfinished,
+        first_broken_seq=None if first is None else first[0],
+        reason=None if first is None else first[1],
+    )

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from pybox._core.errors import InvalidRequest, StateError
-from pybox._features.store.chain import GENESIS_HASH, canonical_json, check_chain, entry_hash
+from pybox._features.store.chain import (
+    GENESIS_HASH,
+    RUN_RECORD_COLUMNS,
+    canonical_json,
+    chained_records,
+    check_chain,
+    check_runs,
+    entry_hash,
+    run_record_hash,
+)
 from pybox._features.store.columns import (
     AUDIT_COLUMNS,
     RUN_COLUMNS,
@@ -36,6 +45,10 @@ from pybox._features.store.rows import (
     Transition,
     TransitionRefused,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["DB_NAME", "MIN_PREFIX", "TRANSITION_FIELDS", "Store", "open_store"]
 
@@ -217,9 +230,16 @@ class Store:
         status: str,
         receipt: Mapping[str, Any],
         finished_at: float | None = None,
-    ) -> None:
+        audit: tuple[str, str, Mapping[str, Any]] | None = None,
+    ) -> AuditEntry:
+        """Record a run's end and chain its record: in the same transaction, an audit
+        entry (`audit`: operation, subject, details; by default `run.recorded`, the
+        run id, its status) whose details also hold `run_id` and `record_sha256`,
+        the hash of the row as stored (chain.run_record_hash). `pybox audit verify`
+        then shows any later change to the row."""
         text = to_json(receipt, "the run's receipt")
         at = time.time() if finished_at is None else finished_at
+        operation, subject, details = audit or ("run.recorded", run_id, {"status": status})
         with self._database.write(f"record the end of run {run_id}") as connection:
             changed = connection.execute(
                 "UPDATE runs SET finished_at = ?, status = ?, receipt = ? WHERE run_id = ?",
@@ -229,6 +249,12 @@ class Store:
                 raise StateError(
                     f"Run {run_id} has no start recorded in {self.path}; record its start first."
                 )
+            stored = connection.execute(
+                f"SELECT {RUN_RECORD_COLUMNS} FROM runs WHERE run_id = ?",  # noqa: S608
+                (run_id,),
+            ).fetchone()
+            chained = {**details, "run_id": run_id, "record_sha256": run_record_hash(stored)}
+            return self._append(connection, operation, subject, chained)
 
     def get_run(self, run_id: str) -> RunRow | None:
         """The run with this id, or whose id starts with it (at least MIN_PREFIX
@@ -268,22 +294,29 @@ class Store:
     def audit(self, operation: str, subject: str, details: Mapping[str, Any]) -> AuditEntry:
         """Append an entry. Reading the last hash and inserting are one transaction,
         so entries appended by several processes at once form one chain."""
-        clean = redact_details(details)
-        try:
-            text = canonical_json(clean)  # refused before the write lock is taken
-        except (TypeError, ValueError) as exc:
-            raise StateError(
-                f"Cannot audit {operation} {subject}: details not JSON ({exc})."
-            ) from exc
+        clean, text = _audit_details(operation, subject, details)  # before the lock
         with self._database.write(f"append to the audit log ({operation})") as connection:
-            last = connection.execute(
-                "SELECT seq, entry_hash FROM audit ORDER BY seq DESC LIMIT 1"
-            ).fetchone()
-            seq, prev = (1, GENESIS_HASH) if last is None else (int(last[0]) + 1, str(last[1]))
-            at = time.time()
-            digest = entry_hash(seq, at, operation, subject, clean, prev)
-            connection.execute(_INSERT_AUDIT, (seq, at, operation, subject, text, prev, digest))
-        return AuditEntry(seq, at, operation, subject, clean, prev, digest)
+            return self._append(connection, operation, subject, clean, text)
+
+    @staticmethod
+    def _append(
+        connection: sqlite3.Connection,
+        operation: str,
+        subject: str,
+        details: Mapping[str, Any],
+        text: str | None = None,
+    ) -> AuditEntry:
+        """Append an entry inside the caller's write transaction."""
+        if text is None:
+            details, text = _audit_details(operation, subject, details)
+        last = connection.execute(
+            "SELECT seq, entry_hash FROM audit ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        seq, prev = (1, GENESIS_HASH) if last is None else (int(last[0]) + 1, str(last[1]))
+        at = time.time()
+        digest = entry_hash(seq, at, operation, subject, details, prev)
+        connection.execute(_INSERT_AUDIT, (seq, at, operation, subject, text, prev, digest))
+        return AuditEntry(seq, at, operation, subject, details, prev, digest)
 
     def audit_tail(self, count: int) -> list[AuditEntry]:
         """The last `count` entries, oldest first."""
@@ -296,11 +329,32 @@ class Store:
         return [audit_entry(row) for row in reversed(rows)]
 
     def verify_audit(self) -> AuditVerdict:
-        """Recompute the whole chain and name its first broken link (chain.check_chain).
-        One SELECT: one snapshot, however many processes append meanwhile."""
+        """Recompute the whole chain and name its first broken link (chain.check_chain),
+        then check every stored run against the record hash the chain holds for it
+        (chain.check_runs). One read transaction: one snapshot, however many
+        processes append meanwhile."""
         with self._database.read("verify the audit log") as connection:
-            rows = connection.execute(f"{_SELECT_AUDIT} ORDER BY seq")
-            return check_chain(audit_entry(row) for row in rows)
+            entries = [
+                audit_entry(row) for row in connection.execute(f"{_SELECT_AUDIT} ORDER BY seq")
+            ]
+            verdict = check_chain(entries)
+            if not verdict.ok:
+                return verdict
+            rows = connection.execute(f"SELECT {RUN_RECORD_COLUMNS} FROM runs ORDER BY run_id")  # noqa: S608
+            runs = check_runs(chained_records(entries), rows)
+        if runs.reason is not None:
+            return AuditVerdict(False, verdict.entries, runs.first_broken_seq, runs.reason, runs)
+        return dataclasses.replace(verdict, runs=runs)
+
+
+def _audit_details(
+    operation: str, subject: str, details: Mapping[str, Any]
+) -> tuple[dict[str, Any], str]:
+    clean = redact_details(details)
+    try:
+        return clean, canonical_json(clean)
+    except (TypeError, ValueError) as exc:
+        raise StateError(f"Cannot audit {operation} {subject}: details not JSON ({exc}).") from exc
 
 
 def open_store(environ: Mapping[str, str], config_path: str | None = None) -> Store:

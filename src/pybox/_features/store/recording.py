@@ -41,17 +41,17 @@ def record_run(
             request=run_request(prepared),
             started_at=_epoch(receipt.observed_by_pybox.started_at),
         )
+        details = {
+            "status": receipt.status.value,
+            "image": receipt.configured.image.name,
+            "exit_code": receipt.exit_code,
+        }
+        # The record and its audit entry (which chains the record's hash) in one step.
         opened.record_run_finished(
-            receipt.run_id, status=receipt.status.value, receipt=receipt.to_dict()
-        )
-        opened.audit(
-            RUN_KIND,
             receipt.run_id,
-            {
-                "status": receipt.status.value,
-                "image": receipt.configured.image.name,
-                "exit_code": receipt.exit_code,
-            },
+            status=receipt.status.value,
+            receipt=receipt.to_dict(),
+            audit=(RUN_KIND, receipt.run_id, details),
         )
     except Exception as exc:  # any failure: the run itself stands
         reason = (

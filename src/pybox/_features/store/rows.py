@@ -75,8 +75,22 @@ class AuditEntry:
 
 
 @dataclass(frozen=True)
+class RunsVerdict:
+    """The stored runs checked against the record hashes the audit chain holds."""
+
+    covered: int  # finished runs whose stored record hashes to what an entry chained
+    # Finished runs no entry chains: recorded by a pybox before records were chained,
+    # or added to the file by someone else. Not proven, and said so.
+    not_covered: tuple[str, ...]
+    unfinished: int  # runs with no recorded end (no receipt to cover)
+    first_broken_seq: int | None  # the entry whose chained record no longer matches
+    reason: str | None
+
+
+@dataclass(frozen=True)
 class AuditVerdict:
     ok: bool
     entries: int  # how many entries were read
     first_broken_seq: int | None
     reason: str | None  # what is wrong at first_broken_seq, in words
+    runs: RunsVerdict | None = None  # None: not checked (the chain itself is broken)

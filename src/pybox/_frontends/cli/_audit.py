@@ -1,7 +1,9 @@
 """`pybox audit tail|verify`: pybox's append-only, hash-chained audit log (docs/store.md).
 
-`verify` recomputes every entry's hash and link: exit 0 and `audit chain intact:
-N entries`, or exit 1 naming the first broken link.
+`verify` recomputes every entry's hash and link, and every stored run's record
+against the hash the chain holds for it: exit 0 and `audit chain intact: N
+entries` with a line on the stored runs (how many the chain covers, and which it
+does not), or exit 1 naming the first broken link or changed record.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from typing import Any
 
 from pybox._core.display import escape_text, plural
 from pybox._core.errors import PyboxError
-from pybox._features.store import AuditEntry, AuditVerdict, Store, open_store
+from pybox._features.store import AuditEntry, AuditVerdict, RunsVerdict, Store, open_store
 from pybox._frontends.cli._common import ArgumentParser, Commands, json_error, say
 from pybox._frontends.cli._runs import positive_int, when
 
 AUDIT_JSON_VERSION = 1
 VERSION_KEY = "pybox_audit_version"
 EXIT_BROKEN = 1
+NOT_COVERED_SHOWN = 5  # run ids named on the line; --json lists them all
 
 
 def entry_json(entry: AuditEntry) -> dict[str, Any]:
@@ -45,11 +48,38 @@ def entry_line(entry: AuditEntry) -> str:
 
 def verdict_line(verdict: AuditVerdict) -> str:
     if verdict.ok:
-        return f"audit chain intact: {plural(verdict.entries, 'entry', 'entries')}"
+        line = f"audit chain intact: {plural(verdict.entries, 'entry', 'entries')}"
+        return line if verdict.runs is None else f"{line}\n{runs_line(verdict.runs)}"
     return escape_text(
         f"audit chain BROKEN at entry {verdict.first_broken_seq}: {verdict.reason} "
         f"({plural(verdict.entries, 'entry', 'entries')} read)"
     )
+
+
+def runs_line(runs: RunsVerdict) -> str:
+    """The stored runs: how many the chain covers, and the ones it does not, named."""
+    line = f"stored runs: {runs.covered} covered by the chain"
+    if runs.not_covered:
+        shown = ", ".join(runs.not_covered[:NOT_COVERED_SHOWN])
+        more = len(runs.not_covered) - NOT_COVERED_SHOWN
+        line += (
+            f"; {len(runs.not_covered)} NOT covered (recorded before pybox chained run "
+            f"records, or added by someone else; unverified): {shown}"
+            + (f" and {more} more (--json lists them)" if more > 0 else "")
+        )
+    if runs.unfinished:
+        line += f"; {runs.unfinished} with no recorded end (no receipt)"
+    return escape_text(line)
+
+
+def runs_json(runs: RunsVerdict | None) -> dict[str, Any] | None:
+    if runs is None:
+        return None
+    return {
+        "covered": runs.covered,
+        "not_covered": list(runs.not_covered),
+        "unfinished": runs.unfinished,
+    }
 
 
 def _store(args: argparse.Namespace) -> Store:
@@ -92,6 +122,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             "entries": verdict.entries,
             "first_broken_seq": verdict.first_broken_seq,
             "reason": verdict.reason,
+            "runs": runs_json(verdict.runs),
         }
         say(json.dumps(record), sys.stdout)
     else:

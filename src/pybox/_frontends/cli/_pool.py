@@ -12,26 +12,48 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pybox._core.errors import PyboxError, StateError
+from pybox._core.errors import StateError
 from pybox._core.locations import POOL_LOG, pool_socket_path
-from pybox._core.poolwire import WIRE_VERSION, encode_frame
+from pybox._core.poolwire import (
+    WIRE_VERSION,
+    WireError,
+    encode_frame,
+    folder_refusal,
+    listener_refusal,
+)
 from pybox._frontends.cli._common import Commands, open_session, say
+from pybox._orchestration.services import peer_credentials
 
 START_WAIT_S = 30.0
 STOP_WAIT_S = 150.0  # runs in progress may end first (the service gives them 120 s)
 
 
 def _ask(socket_path: str, request: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
-    """One request to the service; None when none answers there."""
+    """One request to the service; None when none answers there. A socket in a
+    folder others can write, or another user's listener, is refused (StateError)."""
     from pybox._frontends.cli._poolservice import receive_frame
 
+    folder = os.path.dirname(socket_path)
+    try:
+        info = os.lstat(folder)
+    except OSError:
+        return None
+    refusal = folder_refusal(folder, info.st_uid, info.st_mode, os.geteuid())
+    if refusal is not None:
+        raise StateError(f"Not using the pool service's socket {socket_path}: {refusal}.")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
     try:
-        sock.connect(socket_path)
+        try:
+            sock.connect(socket_path)
+        except OSError:
+            return None
+        refusal = listener_refusal(socket_path, peer_credentials(sock)[1], os.geteuid())
+        if refusal is not None:
+            raise StateError(f"Not using the pool service: {refusal}.")
         sock.sendall(encode_frame({"t": request, "wire": WIRE_VERSION}))
         header, _ = receive_frame(sock)
-    except (OSError, PyboxError):
+    except (OSError, WireError):
         return None
     finally:
         sock.close()
@@ -53,14 +75,14 @@ def status_of(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from pybox._frontends.cli._poolservice import open_log, own_folder, pool_folder
+
     path, state = _socket_of(args)
+    folder = own_folder(pool_folder(state))  # made 0700 (and refused if not ours) first
     answer = _ask(path, "status")
     if answer is not None and isinstance(answer.get("status"), dict):
         say(f"pybox: a pool service is already running (pid {answer['status'].get('pid')}).")
         return 0
-    from pybox._frontends.cli._poolservice import open_log, own_folder, pool_folder
-
-    folder = own_folder(pool_folder(state))
     config = [] if args.config is None else ["--config", os.path.abspath(args.config)]
     log_path = folder / POOL_LOG
     with open_log(log_path) as log:

@@ -15,8 +15,7 @@ import argparse
 import os
 import socket
 import threading
-from collections.abc import Callable
-from typing import TextIO, cast
+from typing import Protocol, TextIO, cast
 
 from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.events import EventSink, RunEvent
@@ -36,6 +35,12 @@ class Fallback(Exception):
     """The client runs the command cold instead (nothing ran here)."""
 
 
+class ReceiveFrame(Protocol):
+    def __call__(
+        self, sock: socket.socket, max_body_bytes: int = ..., within_s: float | None = ...
+    ) -> tuple[dict[str, object], bytes]: ...
+
+
 class Link:
     """The connection to one client: frames out under one lock, its frames read
     by a thread of their own once the run is handed over."""
@@ -43,7 +48,7 @@ class Link:
     def __init__(
         self,
         sock: socket.socket,
-        receive: Callable[[socket.socket], tuple[dict[str, object], bytes]],
+        receive: ReceiveFrame,
     ) -> None:
         self.sock = sock
         self._receive = receive
@@ -57,8 +62,9 @@ class Link:
         with self._lock:
             self.sock.sendall(encode_frame(header, body))
 
-    def receive(self) -> tuple[dict[str, object], bytes]:
-        return self._receive(self.sock)
+    def receive(self, within_s: float | None = None) -> tuple[dict[str, object], bytes]:
+        """The client's next frame; with `within_s`, all of it within that time."""
+        return self._receive(self.sock, within_s=within_s)
 
     def follow(self) -> None:
         """The client's frames during the run: a stop, a closed stream, or its end
@@ -186,9 +192,8 @@ def run_for_client(
 
     def before_run(prepared: PreparedRun) -> None:
         link.send({"t": "prepared", "run_id": prepared.run_id})
-        link.sock.settimeout(GO_TIMEOUT_S)
         try:
-            header, _ = link.receive()
+            header, _ = link.receive(within_s=GO_TIMEOUT_S)
         except (OSError, PyboxError):
             raise Fallback("the client went away before the run") from None
         if header.get("t") != "go":

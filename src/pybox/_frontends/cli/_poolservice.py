@@ -75,10 +75,22 @@ def open_log(path: Path) -> BinaryIO:
     return os.fdopen(fd, "ab")
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
+def _read_exactly(sock: socket.socket, size: int, deadline: float | None = None) -> bytes:
     chunks, left = [], size
     while left:
-        chunk = sock.recv(min(left, 1 << 20))
+        if deadline is not None:
+            # The whole frame within the time, however it is dripped: a client
+            # sending a byte just before each recv's timeout is still cut off.
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WireError("the frame did not arrive in time")
+            sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(min(left, 1 << 20))
+        except TimeoutError:
+            if deadline is None:
+                raise
+            raise WireError("the frame did not arrive in time") from None
         if not chunk:
             raise WireError("the connection ended within a frame")
         chunks.append(chunk)
@@ -87,11 +99,15 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
 
 
 def receive_frame(
-    sock: socket.socket, max_body_bytes: int = 1 << 16
+    sock: socket.socket, max_body_bytes: int = 1 << 16, within_s: float | None = None
 ) -> tuple[dict[str, object], bytes]:
-    header_len, body_len = frame_lengths(_read_exactly(sock, PREFIX.size), max_body_bytes)
-    header = decode_header(_read_exactly(sock, header_len))
-    return header, _read_exactly(sock, body_len) if body_len else b""
+    """One frame; with `within_s`, all of it within that many seconds (else WireError).
+    The socket's own timeout applies to each read otherwise."""
+    deadline = None if within_s is None else time.monotonic() + within_s
+    prefix = _read_exactly(sock, PREFIX.size, deadline)
+    header_len, body_len = frame_lengths(prefix, max_body_bytes)
+    header = decode_header(_read_exactly(sock, header_len, deadline))
+    return header, _read_exactly(sock, body_len, deadline) if body_len else b""
 
 
 def _config_stat(path: str | None) -> tuple[int, int, int, int] | None:
@@ -254,12 +270,12 @@ class PoolService:
             self.log(f"refused a connection from uid {uid} (pid {pid}): not this service's user")
             self._say_fallback(conn, "this pool service serves another user")
             return
-        conn.settimeout(FIRST_FRAME_TIMEOUT_S)
         try:
-            header, body = receive_frame(conn, MAX_REQUEST_BODY_BYTES)
+            header, body = receive_frame(conn, MAX_REQUEST_BODY_BYTES, FIRST_FRAME_TIMEOUT_S)
         except (OSError, WireError) as exc:
             self.log(f"a bad first frame from pid {pid}: {exc}")
             return
+        conn.settimeout(FIRST_FRAME_TIMEOUT_S)  # each send until the run is handed over
         kind = header.get("t")
         if kind == "status" and header.get("wire") == WIRE_VERSION:
             conn.sendall(encode_frame({"t": "status", "status": self.status()}))
