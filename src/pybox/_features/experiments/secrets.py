@@ -206,9 +206,7 @@ TOKEN_SHAPES: tuple[tuple[str, tuple[bytes, ...]], ...] = (
      (rb"sk_live_[0-9A-Za-z]{20,}", rb"rk_live_[0-9A-Za-z]{20,}")),
     ("a Hugging Face token (hf_)", (rb"hf_[A-Za-z]{34}\b",)),
 )  # fmt: skip
-_TOKENS = tuple(
-    (what, re.compile(shape)) for what, shapes in TOKEN_SHAPES for shape in shapes
-)
+_TOKENS = tuple((what, re.compile(shape)) for what, shapes in TOKEN_SHAPES for shape in shapes)
 _WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
