@@ -346,6 +346,8 @@ def test_ordinary_content_is_copied(tmp_path: Path, text: str) -> None:
          "line 2: index-url"),
         ("pip.ini", b"[global]\ntimeout = 60\npassword = abc\n", "line 3: password"),
         (".npmrc~", b"_authToken=abc\n", "line 1: _authtoken"),
+        (".npmrc", b"https://me:abc@registry.example.test/\n", "line 1: a value"),
+        (".yarnrc.yml", b"urls:\n  - https://me:abc@registry.example.test/\n", "line 2: a value"),
     ],
 )  # fmt: skip
 def test_settings_files_with_a_login_are_skipped_naming_the_line(

@@ -121,7 +121,7 @@ def destroy(experiments: Experiments, experiment_id: object) -> tuple[dict[str, 
     experiments.sandboxes.store.audit("experiment.destroy", record.experiment_id, {})
     from pybox._features.experiments import retention
 
-    retention.ended(experiments, done)
+    experiments._ended(done)
     # Each destroy holds all ended experiments to the budget; the one just ended
     # stays unless it alone is over it. A failed sweep is retried by the next one.
     with contextlib.suppress(PyboxError, OSError):

@@ -266,6 +266,7 @@ _NPM_CREDENTIAL_KEYS = frozenset(
 _YARN_CREDENTIAL_KEYS = _NPM_CREDENTIAL_KEYS | {"npmauthtoken", "npmauthident", "npmpassword"}
 _PIP_CREDENTIAL_KEYS = frozenset({"password", "token", "client-cert", "client_cert"})
 _USERINFO_URL = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s@]+@", re.IGNORECASE)
+_PLAIN_KEY = re.compile(r"[a-z0-9_.@:-]{1,60}")
 
 # Files judged by their content: name -> (what a credential in it is, its line's key,
 # its credential keys, whether a `//host` key is host-scoped, hence a login).
@@ -339,5 +340,7 @@ def settings_credential(
         if key.rsplit(":", 1)[-1] in keys:
             return f"line {number}: {key[:60]}"
         if _USERINFO_URL.search(line):
-            return f"line {number}: {key[:60]} (a URL with a user in it)"
+            # The key only when it is a plain name: a line without a key is the URL itself.
+            shown = key if _PLAIN_KEY.fullmatch(key) else "a value"
+            return f"line {number}: {shown} (a URL with a user in it)"
     return None
