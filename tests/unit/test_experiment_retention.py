@@ -201,6 +201,9 @@ def test_the_retention_settings_are_the_operators_with_checked_values() -> None:
         ExperimentSettings().with_settings({"artifacts_max_age_days": 0}, "config.toml")
     with pytest.raises(ConfigError, match="below max_artifact_mib"):
         ExperimentSettings().with_settings({"artifacts_budget_mib": 8}, "config.toml")
+    # A cap above the default budget raises the default budget with it.
+    grown = ExperimentSettings().with_settings({"max_artifact_mib": 2048}, "config.toml")
+    assert grown.artifacts_budget_bytes == 2048 * MIB
 
 
 def test_the_policy_is_stated_in_words() -> None:

@@ -89,6 +89,9 @@ class ExperimentSettings:
                 )
             changes[field_name] = raw * scale
         settings = dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        if "artifacts_budget_bytes" not in changes:  # the default grows with the cap
+            budget = max(settings.artifacts_budget_bytes, settings.max_artifact_bytes)
+            settings = dataclasses.replace(settings, artifacts_budget_bytes=budget)
         if settings.artifacts_budget_bytes < settings.max_artifact_bytes:
             # One experiment's artifacts must fit, or a destroy would lose them at once.
             raise ConfigError(
