@@ -40,7 +40,7 @@ PLANTED: dict[str, bytes] = {
     ".yarnrc.yml": b"nodeLinker: node-modules\nnpmAuthToken: yarn-secret-value\n",
     "pip.conf": f"[global]\nindex-url = https://__token__:{_PYPI}@pkgs.example.test/s\n".encode(),
     "gcloud/application_default_credentials.json": b'{"refresh_token": "gc-secret-value"}',
-    ".config/gh/hosts.yml": b"github.com:\n  oauth_token: gh-secret-value\n",
+    ".config/gh/hosts.yml": b"git.example.test:\n  oauth_token: gh-secret-value\n",
     ".my.cnf": b"[client]\npassword=db-secret-value\n",
     "deploy_key": b"not a key in shape, but the name says it is one\n",
     ".#.env": b"API_KEY=lock-secret-value\n",
