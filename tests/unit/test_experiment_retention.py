@@ -212,3 +212,19 @@ def test_the_policy_is_stated_in_words() -> None:
 
     words = retention.policy_text(Holder())  # type: ignore[arg-type]
     assert "1 days" in words and "5 MiB" in words and "ended first are removed first" in words
+
+
+def test_a_copy_stopped_by_a_cap_leaves_no_folder_behind(
+    engine: FakeEngine, state: StateStore, tmp_path: Path
+) -> None:
+    from pybox._core.errors import ProjectTooBig
+
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("a.py", "b.py", "c.py"):
+        (project / name).write_text("x = 1\n")
+    experiments, _ = service(engine, state, tmp_path, max_files=2)
+    with pytest.raises(ProjectTooBig):
+        experiments.create(str(project))
+    assert list(experiments.folder.iterdir()) == []
+    assert experiments.ledger.list(include_destroyed=True) == []
