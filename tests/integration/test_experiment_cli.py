@@ -12,7 +12,13 @@ from typing import Any
 
 from pybox._engine import Engine
 from tests.integration.conftest import run_cli
-from tests.integration.test_experiments import EXAMPLE, FIXES, snapshot
+from tests.integration.test_experiments import (
+    EXAMPLE,
+    FIXES,
+    plant_credentials,
+    secret_values,
+    snapshot,
+)
 
 
 def cli(args: list[str], env: dict[str, str], stdin: bytes = b"") -> dict[str, Any]:
@@ -63,3 +69,36 @@ def test_a_user_fixes_the_example_from_the_command_line(
     assert final["state"] == "destroyed" and final["was_live"] is True
     assert engine.inspect_container(f"pybox-{final['sandbox_id']}") is None
     assert snapshot(project) == before
+
+
+def test_create_lists_what_was_skipped_and_destroy_says_what_is_kept(
+    cli_env: dict[str, str], engine: Engine, tmp_path: Path
+) -> None:
+    roots = tmp_path / "projects"
+    project = roots / "shop"
+    shutil.copytree(EXAMPLE, project, symlinks=True)
+    planted = plant_credentials(project)
+    done = run_cli(["experiment", "create", str(project), "--project-root", str(roots)], cli_env)
+    text = done.stdout.decode()
+    assert done.returncode == 0, done.stderr
+    experiment_id = text.split()[1].rstrip(":")
+    try:
+        shown = {
+            line.split()[1].rstrip(":"): line
+            for line in text.splitlines()
+            if line.startswith("  skipped ")
+        }
+        assert planted <= set(shown), sorted(planted - set(shown))
+        assert "private key" in shown["notes.txt"] and "GitHub token" in shown["src_config.py"]
+        assert not any(value in text for value in secret_values())
+        cli(["collect", experiment_id, "money.py"], cli_env)
+    finally:
+        destroyed = run_cli(["experiment", "destroy", experiment_id], cli_env)
+    words = destroyed.stdout.decode()
+    assert destroyed.returncode == 0 and "its copy of the project was removed" in words, words
+    assert "1 artifacts" in words and "until " in words and "artifacts_budget_mib" in words
+    pruned = cli(["prune"], cli_env)
+    assert pruned["_exit"] == 0 and pruned["kept_experiments"] >= 1
+    assert pruned["budget_bytes"] == 1024 * 1024 * 1024 and "30 days" in pruned["policy"]
+    final = cli(["show", experiment_id], cli_env)
+    assert final["kept"]["artifacts"] == 1 and final["kept"]["copy_removed_bytes"] > 0

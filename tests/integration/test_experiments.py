@@ -6,6 +6,7 @@ byte and timestamp for timestamp what it was. No box is left behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -30,6 +31,37 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "failing-project"
 FIXES = REPO / "tests" / "integration" / "data" / "failing_project_fixes"
 LIMITS = LimitRequest(timeout_s=60, memory_bytes=256 * MIB, pids=64)
+# Credentials as projects hold them (issue 29, finding 5). Tokens are spelled in
+# pieces so that no file of this repository holds one.
+_GITHUB = "ghp" + "_" + "Zq81" * 9
+_PYPI = "pypi" + "-AgEIcHlwaS5vcmcCJGI4"
+PLANTED: dict[str, bytes] = {
+    ".cargo/credentials.toml": b'[registry]\ntoken = "cio-secret-value"\n',
+    ".yarnrc.yml": b"nodeLinker: node-modules\nnpmAuthToken: yarn-secret-value\n",
+    "pip.conf": f"[global]\nindex-url = https://__token__:{_PYPI}@pkgs.example.test/s\n".encode(),
+    "gcloud/application_default_credentials.json": b'{"refresh_token": "gc-secret-value"}',
+    ".config/gh/hosts.yml": b"git.example.test:\n  oauth_token: gh-secret-value\n",
+    ".my.cnf": b"[client]\npassword=db-secret-value\n",
+    "deploy_key": b"not a key in shape, but the name says it is one\n",
+    ".#.env": b"API_KEY=lock-secret-value\n",
+    "credentials.json.bak": b'{"secret": "bak-secret-value"}',
+    "notes.txt": b"# notes\n-----BEGIN " + b"OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1r\n",
+    "src_config.py": f"DEBUG = True\nTOKEN = '{_GITHUB}'\n".encode(),
+}
+
+
+def plant_credentials(root: Path) -> set[str]:
+    """Write PLANTED into the project; the paths a copy must leave behind."""
+    for rel, data in PLANTED.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return set(PLANTED)
+
+
+def secret_values() -> list[str]:
+    return [_GITHUB, _PYPI, "b3BlbnNzaC1r"] + [
+        word for data in PLANTED.values() for word in data.decode().split() if "-secret-" in word
+    ]
 
 
 def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
@@ -247,3 +279,53 @@ def test_projects_outside_the_roots_are_refused_and_nothing_is_made(
         with pytest.raises(PyboxError):
             experiments.create(project, limits=LIMITS)
     assert len(experiments.ledger.list(include_destroyed=True)) == known
+
+
+def test_credential_files_and_contents_stay_out_named_with_their_reasons(
+    experiments: Experiments, project: Path
+) -> None:
+    planted = plant_credentials(project)
+    before = snapshot(project)
+    record = experiments.create(str(project), limits=LIMITS)
+    skipped = {s["path"]: s["reason"] for s in record.doc["copy"]["skipped"]}
+    assert planted <= set(skipped), sorted(planted - set(skipped))
+    assert "private key" in skipped["notes.txt"] and "GitHub token" in skipped["src_config.py"]
+    for value in secret_values():  # the reasons name the kind, never the value
+        assert value not in json.dumps(skipped), value
+    found = experiments.execute(record.experiment_id, ["find", ".", "-type", "f"])
+    in_box = {line.removeprefix("./") for line in found.doc["stdout"].split()}
+    assert "money.py" in in_box and not planted & in_box, planted & in_box
+    assert snapshot(project) == before
+
+
+def test_an_ended_experiment_keeps_only_what_was_asked_until_the_stated_limit(
+    experiments: Experiments, project: Path, engine: Engine
+) -> None:
+    record = experiments.create(str(project), limits=LIMITS)
+    experiment_id = record.experiment_id
+    folder = experiments.experiment_folder(experiment_id)
+    assert stat.S_IMODE((folder / "baseline.tar").stat().st_mode) == 0o600
+    kept = experiments.collect_artifacts(experiment_id, ["money.py"])
+    final, was_live = experiments.destroy(experiment_id)
+    assert was_live and engine.inspect_container(f"pybox-{final['sandbox_id']}") is None
+    # The copy and baseline are gone; what a user asked to keep stays, with its limit.
+    assert sorted(os.listdir(folder)) == ["artifacts", "changes.json"]
+    assert Path(kept[0]["stored_as"]).is_file()
+    stated = final["kept"]
+    assert stated["copy_removed_bytes"] > 0 and stated["artifacts"] == 1
+    assert (
+        stated["until"] > time.time() + 29 * 86_400 and "artifacts_budget_mib" in stated["policy"]
+    )
+    assert experiments.inspect_changes(experiment_id)["recorded_at_teardown"]
+    # Past the operator's age, a prune removes them and every record says so.
+    aged = Experiments(
+        experiments.session,
+        experiments.sandboxes,
+        dataclasses.replace(experiments.settings, artifacts_max_age_s=0),
+    )
+    pruned = aged.prune()
+    assert experiment_id in {r["experiment_id"] for r in pruned["removed"]}
+    assert not folder.exists()
+    (artifact,) = aged.ledger.artifacts(experiment_id)
+    assert artifact["removed_at"] and "older than" in artifact["removed_because"]
+    assert "removed" in aged.inspect_changes(experiment_id)["note"]

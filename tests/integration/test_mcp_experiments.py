@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,13 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
 from pybox._engine import Engine
-from tests.integration.test_experiments import EXAMPLE, FIXES, snapshot
+from tests.integration.test_experiments import (
+    EXAMPLE,
+    FIXES,
+    plant_credentials,
+    secret_values,
+    snapshot,
+)
 from tests.integration.test_mcp import server_env
 
 
@@ -101,3 +109,72 @@ def test_agent_tries_three_fixes_over_stdio(
         assert final["state"] == "destroyed"
         assert engine.inspect_container(f"pybox-{final['sandbox_id']}") is None
     assert snapshot(project) == before
+
+
+def test_an_agent_sees_what_was_skipped_and_kept_and_a_restart_prunes_past_the_age(
+    state_dir: Path, engine: Engine, engine_name: str, tmp_path: Path
+) -> None:
+    roots = tmp_path / "projects"
+    project = roots / "shop"
+    shutil.copytree(EXAMPLE, project, symlinks=True)
+    planted = plant_credentials(project)
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "pybox", "mcp", "--project-root", str(roots)],
+        env=server_env(state_dir, engine_name),
+    )
+
+    async def session(steps: Any) -> Any:
+        async with Client(server) as client:
+            return await steps(client)
+
+    async def first(client: Any) -> dict[str, Any]:
+        created = await client.call_tool("create_experiment", {"project": str(project)})
+        structure: dict[str, Any] = created.structured_content
+        experiment_id = structure["experiment_id"]
+        text = created.content[0].text
+        collected = await client.call_tool(
+            "collect_artifacts", {"experiment_id": experiment_id, "paths": ["money.py"]}
+        )
+        assert collected.is_error is False, collected
+        destroyed = await client.call_tool("destroy_experiment", {"experiment_id": experiment_id})
+        return {
+            "created": structure,
+            "text": text,
+            "destroyed": destroyed.structured_content,
+            "destroyed_text": destroyed.content[0].text,
+        }
+
+    seen = anyio.run(session, first)
+    skipped = {s["path"]: s["reason"] for s in seen["created"]["copy"]["skipped"]}
+    assert planted <= set(skipped), sorted(planted - set(skipped))
+    assert "private key" in skipped["notes.txt"] and "notes.txt" in seen["text"]
+    assert not any(value in seen["text"] for value in secret_values())
+    experiment_id = seen["created"]["experiment_id"]
+    kept = seen["destroyed"]["kept"]
+    assert kept["artifacts"] == 1 and kept["copy_removed_bytes"] > 0
+    assert "copy of the project was removed" in seen["destroyed_text"]
+    assert "artifacts_max_age_days" in seen["destroyed_text"]
+    folder = state_dir / "experiments" / experiment_id
+    assert sorted(p.name for p in folder.iterdir()) == ["artifacts", "changes.json"]
+
+    # 31 days later (the default keeps 30), a server starting up removes them.
+    connection = sqlite3.connect(str(state_dir / "pybox.sqlite3"))
+    try:
+        with connection:
+            connection.execute(
+                "UPDATE experiment_states SET at = ? WHERE experiment_id = ?",
+                (time.time() - 31 * 86_400, experiment_id),
+            )
+    finally:
+        connection.close()
+
+    async def second(client: Any) -> dict[str, Any]:
+        shown = await client.call_tool("get_experiment", {"experiment_id": experiment_id})
+        report: dict[str, Any] = shown.structured_content
+        return report
+
+    report = anyio.run(session, second)
+    assert not folder.exists()
+    assert "older than 30 days" in report["kept"]["removed_because"]
+    assert all("removed_at" in artifact for artifact in report["artifacts"])

@@ -255,3 +255,123 @@ def test_a_link_named_npmrc_is_skipped(tmp_path: Path) -> None:
     copy, members, _ = pack(tmp_path)
     assert ".npmrc" not in members and "npm-settings" in members
     assert "link" in {s.path: s.reason for s in copy.skipped}[".npmrc"]
+
+
+# Tokens spelled in pieces, so this file itself holds no token shape.
+GITHUB_TOKEN = "ghp" + "_" + "A1b2C3d4" * 5
+AWS_KEY_ID = "AKIA" + "Q3EXAMPLEQ3EXAMP"
+PRIVATE_KEYS = {
+    "pem": b"-----BEGIN " + b"RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\n",
+    "pkcs8": b"-----BEGIN " + b"PRIVATE KEY-----\nMIIE\n",
+    "openssh": b"-----BEGIN " + b"OPENSSH PRIVATE KEY-----\nb3Blbn\n",
+    "encrypted": b"-----BEGIN " + b"ENCRYPTED PRIVATE KEY-----\nMIIE\n",
+    "pgp": b"-----BEGIN PGP " + b"PRIVATE KEY BLOCK-----\n\nlQ\n",
+    "putty": b"PuTTY-User-" + b"Key-File-3: ssh-ed25519\nEncryption: none\n",
+}
+TOKENS = {
+    "github classic": GITHUB_TOKEN,
+    "github oauth": "gho" + "_" + "x" * 36,
+    "github fine-grained": "github" + "_pat_" + "11AB" * 10,
+    "aws": AWS_KEY_ID,
+    "slack": "xox" + "b-1234567890-abcdefghij",
+    "gitlab": "gl" + "pat-" + "abcdefghij1234567890",
+    "npm": "npm" + "_" + "a1B2" * 9,
+    "pypi": "pypi" + "-AgEIcHlwaS5vcmcCJDk4MGE5",
+    "google": "AI" + "za" + "S" * 35,
+    "openai": "sk" + "-proj-" + "Ab1" * 15,
+    "anthropic": "sk" + "-ant-api03-" + "Zz9" * 20,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PRIVATE_KEYS))
+def test_a_private_key_is_skipped_whatever_its_name(tmp_path: Path, kind: str) -> None:
+    make(tmp_path, {"notes.txt": b"# my notes\n" + PRIVATE_KEYS[kind], "main.py": "x = 1\n"})
+    copy, members, _ = pack(tmp_path)
+    reasons = {s.path: s.reason for s in copy.skipped}
+    assert "notes.txt" not in members and "main.py" in members
+    assert "private key" in reasons["notes.txt"] and "line " in reasons["notes.txt"]
+    assert all(e.path != "notes.txt" for e in copy.entries)
+    assert "MIIE" not in reasons["notes.txt"] and "b3Bl" not in reasons["notes.txt"]
+
+
+@pytest.mark.parametrize("kind", sorted(TOKENS))
+def test_a_well_known_token_is_skipped_whatever_its_name_and_never_shown(
+    tmp_path: Path, kind: str
+) -> None:
+    token = TOKENS[kind]
+    make(tmp_path, {"src/settings.py": f"DEBUG = True\nKEY = '{token}'\n", "app.py": "pass\n"})
+    copy, members, _ = pack(tmp_path)
+    reasons = {s.path: s.reason for s in copy.skipped}
+    assert "src/settings.py" not in members and "app.py" in members
+    assert "on line 2" in reasons["src/settings.py"], reasons
+    assert token not in reasons["src/settings.py"] and token[6:20] not in reasons["src/settings.py"]
+
+
+def test_the_content_scan_is_bounded_to_its_first_bytes(tmp_path: Path) -> None:
+    from pybox._features.experiments.secrets import SCAN_BYTES
+
+    late = b"x" * SCAN_BYTES + b"\n" + GITHUB_TOKEN.encode()
+    make(tmp_path, {"data.bin": late, "early.bin": late[-(SCAN_BYTES // 2) :]})
+    _, members, _ = pack(tmp_path)
+    # Past SCAN_BYTES a file is not looked at (stated in docs/experiments.md).
+    assert "data.bin" in members and "early.bin" not in members
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "import os\nprint('task-manager-something-long-name-here-and-more')\n",
+        ".disk-usage-indicator-very-long-name-here-xx { color: red }\n",
+        "# keys are read from the environment, never written here: GITHUB_TOKEN, AWS_KEY\n",
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        "-----BEGIN PUBLIC KEY-----\nMIIB\n",
+        "sk-learn is not a key; neither is ghp_short\n",
+    ],
+)
+def test_ordinary_content_is_copied(tmp_path: Path, text: str) -> None:
+    make(tmp_path, {"file.txt": text})
+    copy, members, _ = pack(tmp_path)
+    assert "file.txt" in members and not copy.skipped
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "key"),
+    [
+        (".yarnrc.yml", b'npmRegistries:\n  "//npm.example.test":\n    npmAuthToken: abc\n',
+         "line 2: a host-scoped"),
+        (".yarnrc.yml", b"nodeLinker: node-modules\nnpmAuthIdent: dXNlcjpwYXNz\n",
+         "line 2: npmauthident"),
+        (".yarnrc.yml", b"npmAuthToken: abc\n", "line 1: npmauthtoken"),
+        (".yarnrc", b'"//registry.example.test/:_authToken" abc\n', "line 1: a host-scoped"),
+        ("pip.conf", b"[global]\nindex-url = https://__token__:abc@pkgs.example.test/simple\n",
+         "line 2: index-url"),
+        ("pip.ini", b"[global]\ntimeout = 60\npassword = abc\n", "line 3: password"),
+        (".npmrc~", b"_authToken=abc\n", "line 1: _authtoken"),
+        (".npmrc", b"https://me:abc@registry.example.test/\n", "line 1: a value"),
+        (".yarnrc.yml", b"urls:\n  - https://me:abc@registry.example.test/\n", "line 2: a value"),
+    ],
+)  # fmt: skip
+def test_settings_files_with_a_login_are_skipped_naming_the_line(
+    tmp_path: Path, name: str, content: bytes, key: str
+) -> None:
+    make(tmp_path, {name: content})
+    copy, members, _ = pack(tmp_path)
+    reasons = {s.path: s.reason for s in copy.skipped}
+    assert name not in members and key in reasons[name], reasons
+    assert "abc" not in reasons[name] and "dXNl" not in reasons[name]
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        (".yarnrc.yml", b"nodeLinker: node-modules\nyarnPath: .yarn/releases/yarn-4.cjs\n"),
+        (".yarnrc", b'registry "https://registry.example.test/"\n'),
+        ("pip.conf", b"[global]\ntimeout = 60\nindex-url = https://pkgs.example.test/simple\n"),
+    ],
+)
+def test_settings_files_of_settings_alone_are_copied(
+    tmp_path: Path, name: str, content: bytes
+) -> None:
+    make(tmp_path, {name: content})
+    copy, _, contents = pack(tmp_path)
+    assert contents[name] == content and not copy.skipped

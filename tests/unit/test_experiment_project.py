@@ -135,3 +135,50 @@ def test_secret_shaped_names(parts: tuple[str, ...], is_folder: bool, pattern: s
 )
 def test_ordinary_names_are_not_secret(parts: tuple[str, ...], is_folder: bool) -> None:
     assert secret_reason(parts, is_folder) is None
+
+
+@pytest.mark.parametrize(
+    ("parts", "rule"),
+    [
+        ((".cargo", "credentials.toml"), "credentials.toml"),
+        ((".cargo", "credentials"), ".cargo/credentials"),
+        ((".config", "gh", "hosts.yml"), "gh/hosts.yml"),
+        (("application_default_credentials.json",), "application_default_credentials.json"),
+        ((".my.cnf",), ".my.cnf"),
+        ((".mylogin.cnf",), ".mylogin.cnf"),
+        (("deploy_key",), "*deploy_key"),
+        (("ci", "github_deploy_key"), "*deploy_key"),
+        (("keys", "github_rsa"), "*_rsa"),
+        (("deploy_ed25519",), "*_ed25519"),
+        ((".gem", "credentials"), ".gem/credentials"),
+    ],
+)
+def test_more_credential_files_are_secret_shaped(parts: tuple[str, ...], rule: str) -> None:
+    reason = secret_reason(parts, False)
+    assert reason is not None and rule in reason
+
+
+def test_the_gcloud_folder_under_config_is_a_credential_folder() -> None:
+    assert "gcloud" in (secret_reason((".config", "gcloud"), True) or "")
+    assert secret_reason((".config", "gcloud", "configurations", "config_default"), False)
+    assert secret_reason(("src", "gcloud"), True) is None  # a package of that name is code
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".env~", ".env.swp", ".env.swo", "..env.swp", ".#.env", "#.env#", ".env.bak",
+        ".env.orig", ".env.~1~", "id_rsa~", ".id_rsa.swp", "credentials.json.bak",
+        "#credentials.json#", ".pgpass.swp", "secrets.yaml.old", ".netrc.swp~",
+    ],
+)  # fmt: skip
+def test_editor_backups_of_secret_names_are_secret_shaped(name: str) -> None:
+    reason = secret_reason((name,), False)
+    assert reason is not None and reason.startswith("secret-shaped file name")
+
+
+@pytest.mark.parametrize(
+    "name", ["main.py~", ".main.py.swp", "#notes.md#", "README.bak", "deploy_keys.py", "rsa.py"]
+)
+def test_backups_of_ordinary_names_are_not_secret(name: str) -> None:
+    assert secret_reason((name,), False) is None

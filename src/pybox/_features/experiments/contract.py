@@ -152,6 +152,21 @@ class ExperimentOperations:
             "destroy", experiment_id, lambda: lifecycle.destroy(self._self(), experiment_id)
         )
 
+    def prune(self) -> dict[str, Any]:
+        """Hold ended experiments' kept files to the operator's age and budget
+        (`retention`): `pybox experiment prune`, and `pybox mcp` at start."""
+        from pybox._features.experiments import retention
+
+        experiments = self._self()
+        return self._observed(
+            "prune",
+            None,
+            lambda: (
+                retention.prune(experiments).to_dict()
+                | {"policy": retention.policy_text(experiments)}
+            ),
+        )
+
     def compare(self, experiment_ids: object) -> dict[str, Any]:
         from pybox._features.experiments import lifecycle
 

@@ -15,7 +15,8 @@ usable by its owner (| 0o700); links are 0o777. The baseline records the modes
 of the copy, so an untouched file is unchanged in the box's digest.
 
 What is left behind is listed with the reason: folders named in the policy's
-`skip_names`, secret-shaped names (`secrets.py`, not configurable), links that
+`skip_names`, secret-shaped names and files holding a key or token
+(`secrets.py`, not configurable), links that
 lead outside the project or are absolute, fifos, sockets and devices, files
 larger than `max_file_bytes`, unreadable ones, names that are not UTF-8 or hold
 control or bidirectional/invisible format characters (`display.name_problem`),
@@ -195,10 +196,9 @@ class _Walk:
         if size > limit:
             return _too_large(size, limit)
         data = b"".join(chunks)
-        if content_checked(parts):  # judged by the bytes just read: no second open
-            reason = content_secret_reason(parts, data)
-            if reason:
-                return reason
+        reason = content_secret_reason(parts, data)  # the bytes just read: no second open
+        if reason:
+            return reason
         self.total_bytes += size
         if self.total_bytes > self.policy.max_total_bytes:
             raise ProjectTooBig(

@@ -285,6 +285,29 @@ class Ledger:
             for path, at, doc in rows
         ]
 
+    def mark_artifacts(self, experiment_id: str, doc: Mapping[str, Any]) -> None:
+        """Merge `doc` into each of the experiment's artifact records (their files were
+        removed: the record says when and why)."""
+        with self._database.write(f"mark experiment {experiment_id}'s artifacts") as connection:
+            rows = connection.execute(
+                "SELECT path, doc FROM artifacts WHERE experiment_id = ?", (experiment_id,)
+            ).fetchall()
+            for path, current in rows:
+                merged = {**from_json(current, f"Artifact {path}'s record"), **doc}
+                connection.execute(
+                    "UPDATE artifacts SET doc = ? WHERE experiment_id = ? AND path = ?",
+                    (to_json(merged, "the artifact's record"), experiment_id, path),
+                )
+
+    def ended_at(self, experiment_id: str) -> float | None:
+        """When the experiment was last moved to `destroyed`, or None."""
+        with self._database.read(f"read when experiment {experiment_id} ended") as connection:
+            row = connection.execute(
+                "SELECT MAX(at) FROM experiment_states WHERE experiment_id = ? AND to_state = ?",
+                (experiment_id, ExperimentState.DESTROYED.value),
+            ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
     def _job_in(self, connection: Any, job_id: str) -> JobRecord:
         row = connection.execute(
             f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = ?",  # noqa: S608

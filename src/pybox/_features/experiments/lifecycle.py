@@ -3,6 +3,7 @@ comparing experiments (docs/experiments.md)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +72,7 @@ def experiment_dict(experiments: Experiments, record: ExperimentRecord) -> dict[
         "env_names": doc.get("env_names", []),
         "libraries": doc.get("libraries", []),
     }
-    for key in ("tests", "changes", "last_job"):
+    for key in ("tests", "changes", "last_job", "kept"):
         if key in doc:
             described[key] = doc[key]
     return described
@@ -118,7 +119,14 @@ def destroy(experiments: Experiments, experiment_id: object) -> tuple[dict[str, 
         doc=note,
     )
     experiments.sandboxes.store.audit("experiment.destroy", record.experiment_id, {})
-    return report(experiments, done), True
+    from pybox._features.experiments import retention
+
+    experiments._ended(done)
+    # Each destroy holds all ended experiments to the budget; the one just ended
+    # stays unless it alone is over it. A failed sweep is retried by the next one.
+    with contextlib.suppress(PyboxError, OSError):
+        retention.prune(experiments)
+    return report(experiments, experiments.get(record.experiment_id)), True
 
 
 def outcome_of(experiments: Experiments, record: ExperimentRecord) -> ExperimentOutcome:

@@ -120,8 +120,14 @@ class Experiments(ExperimentOperations):
         experiment_id = ID_PREFIX + secrets.token_hex(6)
         folder = self.experiment_folder(experiment_id, create=True)
         tar_path = folder / "baseline.tar"
-        with open(tar_path, "wb") as out:
-            copy = pack_project(root, policy, out)
+        # Created private, like its neighbours: the copy is the user's project.
+        fd = os.open(tar_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                copy = pack_project(root, policy, out)
+        except BaseException:
+            _remove_folder(folder)  # no record names it yet: nothing else would
+            raise
         tar_bytes = tar_path.stat().st_size
         if tar_bytes > prepared.limits.input_bytes:
             _remove_folder(folder)
@@ -189,7 +195,7 @@ class Experiments(ExperimentOperations):
                 self.sandboxes.destroy(record.sandbox_id)
             except PyboxError:
                 return  # the sandbox sweep removes it; the record stays failed
-        self.ledger.move(experiment_id, ExperimentState.DESTROYED, why)
+        self._ended(self.ledger.move(experiment_id, ExperimentState.DESTROYED, why))
         self.event("create", record, status="destroyed", started=None, error=why)
 
     # -- look up ------------------------------------------------------------------------
@@ -205,7 +211,16 @@ class Experiments(ExperimentOperations):
         ):
             why = "its sandbox was destroyed (expired, or its box was gone)"
             record = self.ledger.move(record.experiment_id, ExperimentState.DESTROYED, why)
+            self._ended(record)
+            record = self._get(record.experiment_id)
         return record
+
+    def _ended(self, record: ExperimentRecord) -> None:
+        """Remove the copy of an experiment that just ended; record what it keeps."""
+        from pybox._features.experiments import retention
+
+        with contextlib.suppress(OSError):  # the next prune removes it
+            retention.ended(self, record)
 
     def list(self, *, include_destroyed: bool = False) -> builtins.list[ExperimentRecord]:
         self.sandboxes.sweep()

@@ -146,11 +146,13 @@ def inspect_changes(experiments: Experiments, experiment_id: object) -> dict[str
         try:
             result: dict[str, Any] = json.loads(saved.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return {
-                "experiment_id": record.experiment_id,
-                "available": False,
-                "note": f"no changes were recorded before the experiment ended ({record.reason})",
-            }
+            kept = record.doc.get("kept") or {}
+            note = (
+                f"the changes recorded at teardown were removed ({kept['removed_because']})"
+                if kept.get("removed_because")
+                else f"no changes were recorded before the experiment ended ({record.reason})"
+            )
+            return {"experiment_id": record.experiment_id, "available": False, "note": note}
         return result | {"recorded_at_teardown": True}
     record = experiments.usable(record.experiment_id, "inspect_changes")
     result = _changes(experiments, record)

@@ -157,8 +157,8 @@ class Experiment:
         return self._experiments.compare(ids)
 
     def destroy(self) -> dict[str, Any]:
-        """Record the changes, remove the box (confirmed), return the final report.
-        Safe to call again."""
+        """Record the changes, remove the box (confirmed) and the copy, return the
+        final report (`kept`: what stays, and until when). Safe to call again."""
         final, _ = self._experiments.destroy(self.experiment_id)
         return final
 

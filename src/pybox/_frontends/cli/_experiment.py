@@ -32,6 +32,7 @@ from pybox._frontends.cli._exec import limit_request
 EXPERIMENT_JSON_VERSION = 1
 VERSION_KEY = "pybox_experiment_version"
 WORKER_FLAG = "--job-worker"
+SKIPPED_SHOWN = 50
 
 
 def _experiments(args: argparse.Namespace) -> Any:
@@ -78,7 +79,13 @@ def cmd_create(args: argparse.Namespace) -> int:
         f"experiment {record.experiment_id}: {copy['files']} files copied from {record.project}, "
         f"{copy['skipped_count']} skipped"
     ]
-    lines += [f"  skipped {escape_text(s['path'])}: {s['reason']}" for s in copy["skipped"][:50]]
+    shown = copy["skipped"][:SKIPPED_SHOWN]
+    lines += [f"  skipped {escape_text(s['path'])}: {s['reason']}" for s in shown]
+    if copy["skipped_count"] > len(shown):
+        lines.append(
+            f"  ... and {copy['skipped_count'] - len(shown)} more (`pybox experiment show "
+            f"{record.experiment_id} --json` lists up to {len(copy['skipped'])})"
+        )
     return _emit(args, described, "\n".join(lines))
 
 
@@ -249,7 +256,59 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_destroy(args: argparse.Namespace) -> int:
     final, was_live = _experiments(args).destroy(args.experiment_id)
     words = "destroyed" if was_live else "was already destroyed"
-    return _emit(args, final | {"was_live": was_live}, f"experiment {args.experiment_id} {words}")
+    lines = [f"experiment {args.experiment_id} {words}"]
+    kept = final.get("kept")
+    if isinstance(kept, dict):
+        lines.append(kept_words(kept))
+    return _emit(args, final | {"was_live": was_live}, "\n".join(lines))
+
+
+def kept_words(kept: dict[str, Any]) -> str:
+    """What an ended experiment keeps in pybox's state directory, and until when."""
+    if kept.get("removed_at") is not None:
+        return (
+            f"  its kept files were removed on {_utc(kept['removed_at'])}: "
+            f"{kept.get('removed_because')}"
+        )
+    what = f"{kept.get('artifacts', 0)} artifacts ({kept.get('artifact_bytes', 0)} bytes)"
+    if kept.get("changes_recorded"):
+        what += " and the recorded changes"
+    removed = kept.get("copy_removed_bytes", 0)
+    return (
+        f"  its copy of the project was removed ({removed} bytes); it keeps {what}, "
+        f"{kept.get('size_bytes', 0)} bytes, until {_utc(kept.get('until'))} at the latest: "
+        f"{kept.get('policy')}"
+    )
+
+
+def _utc(at: object) -> str:
+    import time
+
+    if not isinstance(at, int | float):
+        return "unknown"
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    pruned = _experiments(args).prune()
+    lines = [
+        f"removed {len(pruned['removed'])} ended experiments' kept files "
+        f"({pruned['removed_bytes']} bytes)"
+        + (
+            f", and {pruned['copies_removed_bytes']} bytes of leftover copies"
+            if pruned["copies_removed_bytes"]
+            else ""
+        )
+    ]
+    lines += [
+        f"  {r['experiment_id']}: {r['size_bytes']} bytes ({r['because']})"
+        for r in pruned["removed"]
+    ]
+    lines.append(
+        f"kept: {pruned['kept_experiments']} ended experiments, {pruned['kept_bytes']} bytes of "
+        f"a {pruned['budget_bytes']}-byte budget; policy: {pruned['policy']}"
+    )
+    return _emit(args, pruned, "\n".join(lines))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -110,10 +110,17 @@ def add_actions(actions: Any, handlers: ModuleType, wrap: Any) -> None:
     listing = action("list", "the live experiments", "cmd_list")
     listing.add_argument("--all", action="store_true", help="destroyed ones too")
     _json(listing)
-    destroy = action("destroy", "record the changes and remove the box (safe to repeat)",
-                     "cmd_destroy")  # fmt: skip
+    destroy = action(
+        "destroy", "record the changes, remove the box and the copy (safe to repeat)",
+        "cmd_destroy",
+    )  # fmt: skip
     _id(destroy)
     _json(destroy)
+    prune = action(
+        "prune", "remove ended experiments' kept files past the operator's age and budget",
+        "cmd_prune",
+    )  # fmt: skip
+    _json(prune)
     compare = action("compare", "rank experiments on one project", "cmd_compare")
     compare.add_argument("experiment_ids", nargs="+", metavar="ID")
     _json(compare)

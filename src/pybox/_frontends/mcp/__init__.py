@@ -148,6 +148,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         _warm_up(session)
         if options.tool_groups is None or "sandboxes" in options.tool_groups:
             _sweep_sandboxes(session)
+        if options.tool_groups is None or "experiments" in options.tool_groups:
+            _prune_experiments(session)
         if args.http is not None:
             limits = http_limits(args, options.max_message_bytes)
             settings, generated = http_settings(
@@ -228,6 +230,21 @@ def _sweep_sandboxes(session: Session) -> None:
             time.sleep(SANDBOX_SWEEP_EVERY_S)
 
     threading.Thread(target=sweep_forever, name="pybox-sandbox-sweep", daemon=True).start()
+
+
+def _prune_experiments(session: Session) -> None:
+    """Hold ended experiments' kept files to the operator's age and budget at start
+    (every destroy does too); never fatal."""
+    try:
+        pruned = session.experiments().prune()
+    except (PyboxError, OSError) as exc:
+        log(f"experiment prune skipped ({exc}); `pybox experiment prune` runs it")
+        return
+    for item in pruned["removed"]:
+        log(
+            f"experiment prune: removed {item['experiment_id']}'s kept files "
+            f"({item['size_bytes']} bytes): {item['because']}"
+        )
 
 
 def _warm_up(session: Session) -> None:

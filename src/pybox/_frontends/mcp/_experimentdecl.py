@@ -79,6 +79,7 @@ EXPERIMENT_SCHEMA = output_schema(
     project={"type": "string"},
     state={"type": "string"},
     copy={"type": "object"},
+    kept={"type": "object"},
 )
 CHANGES_SCHEMA = output_schema(
     ["experiment_id", "available"],
@@ -274,7 +275,9 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "destroy_experiment",
         "Destroy an experiment",
         "Record the changes, then remove the experiment's box (the engine confirms it gone) and "
-        "return the final report. Safe to call again: returns the same report.",
+        "its copy of the project, and return the final report, with what is kept (artifacts, "
+        "the recorded changes) and until when (`kept`). Safe to call again: returns the same "
+        "report.",
         input_schema(["experiment_id"], {"experiment_id": EXPERIMENT_ID}),
         tools.destroy_experiment,
         Hints(read_only=False, destructive=True, idempotent=True),

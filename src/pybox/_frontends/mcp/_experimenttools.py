@@ -11,6 +11,7 @@ structuredContent carries the same facts as data.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from pybox._core.errors import InvalidRequest
@@ -214,8 +215,30 @@ def destroy_experiment(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> 
         else f"Experiment {final['experiment_id']} was already destroyed; its final report follows."
     )
     final["was_live"] = was_live
-    summary = {k: final.get(k) for k in ("experiment_id", "state", "changes", "jobs_count")}
+    kept = final.get("kept")
+    if isinstance(kept, dict):
+        text += "\n" + _kept_words(kept)
+    summary = {k: final.get(k) for k in ("experiment_id", "state", "changes", "jobs_count", "kept")}
     return _result(text + "\n" + _own_json(summary), final)
+
+
+def _kept_words(kept: JSONObject) -> str:
+    """What the ended experiment keeps in pybox's store, and for how long."""
+    if kept.get("removed_at") is not None:
+        return f"Its kept files were removed since: {kept.get('removed_because')}."
+    what = f"{kept.get('artifacts', 0)} collected artifacts"
+    if kept.get("changes_recorded"):
+        what += " and the recorded changes"
+    until = kept.get("until")
+    when = (
+        time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(until))
+        if isinstance(until, int | float)
+        else "unknown"
+    )
+    return (
+        f"Its copy of the project was removed. Kept: {what} ({kept.get('size_bytes', 0)} "
+        f"bytes) until {when} at the latest; policy: {kept.get('policy')}."
+    )
 
 
 def compare_experiments(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
