@@ -114,7 +114,7 @@ class Bootstrap:
             "version": self.protocol,
         }
         fields.update(kwargs)
-        fields["code_name"] = fields["argv"][1]
+        fields["code_name"] = fields["argv"][-1]
         self.send(b"".join(wire.encode_payload(code=code, **fields)))
 
     def frame(self, timeout_s: float = 15) -> Frame:
