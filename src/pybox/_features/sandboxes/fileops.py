@@ -24,8 +24,6 @@ from pybox._inbox import inbox_program
 FILES_PROGRAM = "_pybox_files.py"
 EXEC_PROGRAM = "_pybox_exec.py"
 MAX_LISTED = 2000
-# Who gave an answer of the file tools, as results and docs say it.
-SOURCE = "pybox's file program in the box (isolated: python -I -S); checked by pybox"
 
 _REFUSALS = {
     "outside": "leaves the sandbox's workspace",

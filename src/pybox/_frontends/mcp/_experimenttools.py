@@ -153,7 +153,8 @@ def inspect_changes(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSO
         f"+{stats.get('lines_added', 0)} -{stats.get('lines_removed', 0)} lines"
         + (" (the diff was cut short)" if changes.get("diff_truncated") else "")
         + (" (recorded at teardown)" if changes.get("recorded_at_teardown") else "")
-        + ". Paths and the diff come from the box's files:",
+        + ". Paths and the diff come from the box's files, as pybox's own file program "
+        "(isolated from the workspace) read them there:",
         changes,
         [Section("changed paths", listing), Section("unified diff", changes.get("diff", ""))],
     )
