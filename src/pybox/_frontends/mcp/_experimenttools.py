@@ -96,7 +96,8 @@ def _job_result(job: Any, *, with_output: bool) -> JSONObject:
     tests = described.get("tests")
     if isinstance(tests, dict):
         words += (
-            f"; tests (as the test command printed them): {tests.get('passed', 0)} passed, {tests.get('failed', 0)} failed, "
+            "; tests (as the test command printed them): "
+            f"{tests.get('passed', 0)} passed, {tests.get('failed', 0)} failed, "
             f"{tests.get('errors', 0)} errors, {tests.get('skipped', 0)} skipped"
             + ("" if tests.get("parsed") else " (not parsed: judged by the exit code)")
         )
