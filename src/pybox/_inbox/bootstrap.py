@@ -69,6 +69,10 @@ CLEAR_WAIT_S = 5.0
 # (outside the program's own run) means it froze or hung.
 STALL_S = 10.0
 ROOT = "/pybox"
+WORK, INPUT, OUTPUT = ROOT + "/work", ROOT + "/input", ROOT + "/output"
+# The box's other writable places (tmpfs mounts of its own): emptied between a
+# sandbox's programs.
+TEMP_DIRS = ("/tmp", "/dev/shm")
 # pybox's own programs in the box (its file tools, the wrapper that becomes an
 # exec's command) start as `python -I -S NAME`: no site (so no user site under
 # HOME, which is the workspace, and no `.pth`), no PYTHON* variables, and not
@@ -76,10 +80,6 @@ ROOT = "/pybox"
 # left anything in the workspace; none of it runs in pybox's programs. The
 # caller's own programs start as `python NAME`.
 ISOLATED_FLAGS = ["-I", "-S"]
-WORK, INPUT, OUTPUT = ROOT + "/work", ROOT + "/input", ROOT + "/output"
-# The box's other writable places (tmpfs mounts of its own): emptied between a
-# sandbox's programs.
-TEMP_DIRS = ("/tmp", "/dev/shm")
 # Returned files: the same bounds as pybox's own checks, so nothing unbounded is walked.
 MAX_DEPTH = 32
 MAX_PATH_BYTES = 1024

@@ -56,9 +56,11 @@ def run_program(link, python, header, started, defaults, protocol, first, preloa
         # A fresh interpreter for each later program, with a regular script file.
         place_code(code_name, code)
         started = restart(None, python, code_name, header, defaults)
-    elif (header["args"] or header["env"] or header["stdin_size"] or header.get("flags")) and not (
-        preload
+    elif not preload and (
+        header["args"] or header["env"] or header["stdin_size"] or header.get("flags")
     ):
+        # The pre-started interpreter is a plain `python NAME` with the box's own
+        # environment: this program needs another start.
         started = restart(started, python, code_name, header, defaults)
     pid, out_r, err_r = started
     link.program_deadline = deadline
