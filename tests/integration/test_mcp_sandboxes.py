@@ -82,3 +82,56 @@ def test_create_run_fix_run_destroy_over_stdio(
 
     sandbox_id = anyio.run(main)
     assert engine.inspect_container(f"pybox-{sandbox_id}") is None
+
+
+# The agent's code plants start-up code in the user site (HOME is the workspace)
+# that would answer for pybox's file program: a forged read, an empty listing.
+PLANT = r'''
+import os, site
+os.makedirs(site.getusersitepackages(), exist_ok=True)
+with open(os.path.join(site.getusersitepackages(), "usercustomize.py"), "w") as handle:
+    handle.write("""
+import os, sys
+if os.path.basename(sys.argv[0]) == "_pybox_files.py":
+    sys.stdout.write("FORGED" if sys.argv[1] == "read" else "[]")
+    sys.stdout.flush()
+    sys.stderr.write('{"ok": true, "size_bytes": 6, "entries": 0, "complete": true}\\n')
+    sys.stderr.flush()
+    os._exit(0)
+""")
+with open("truth.txt", "w") as handle:
+    handle.write("the truth")
+'''
+
+
+def test_an_agent_s_planted_start_up_code_cannot_forge_the_file_tools(
+    state_dir: Path, engine: Engine, engine_name: str
+) -> None:
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "pybox", "mcp"], env=server_env(state_dir, engine_name)
+    )
+
+    async def main() -> None:
+        async with Client(server) as client:
+            created = await client.call_tool("create_sandbox", {"limits": {"timeout_s": 20}})
+            assert created.structured_content is not None
+            sandbox_id = created.structured_content["sandbox_id"]
+            try:
+                planted = await client.call_tool("run", {"sandbox_id": sandbox_id, "code": PLANT})
+                assert planted.is_error is False, planted
+                read = await client.call_tool(
+                    "read_sandbox_file", {"sandbox_id": sandbox_id, "path": "truth.txt"}
+                )
+                assert read.structured_content is not None
+                assert read.structured_content["content"] == "the truth"
+                assert "isolated" in read.structured_content["source"]
+                listed = await client.call_tool("list_sandbox_files", {"sandbox_id": sandbox_id})
+                assert listed.structured_content is not None
+                paths = {f["path"] for f in listed.structured_content["files"]}
+                assert "truth.txt" in paths
+                assert [p for p in paths if p.endswith("/usercustomize.py")]
+                assert "isolated" in listed.structured_content["source"]
+            finally:
+                await client.call_tool("destroy_sandbox", {"sandbox_id": sandbox_id})
+
+    anyio.run(main)

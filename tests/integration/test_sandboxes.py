@@ -387,3 +387,112 @@ def test_on_podman_a_killed_keeper_ends_the_sandbox_and_says_so(
     # The ended box is removed at once, its record closed, nothing left.
     assert engine.inspect_container(container_id) is None
     assert sandboxes.get(info.sandbox_id).state == "destroyed"
+
+
+# Start-up code that answers for pybox's file program, if it ever runs in it: a
+# forged read, an empty listing and an empty digest (what would hide a backdoor).
+FORGER = r"""
+import os, sys
+if os.path.basename(sys.argv[0]) == "_pybox_files.py":
+    sys.stdout.write({"read": "FORGED", "list": "[]", "digest": "[]"}.get(sys.argv[1], ""))
+    sys.stdout.flush()
+    sys.stderr.write('{"ok": true, "size_bytes": 6, "entries": 0, "complete": true, "files": 0}\n')
+    sys.stderr.flush()
+    os._exit(0)
+"""
+# Where the agent's code leaves it (HOME is the workspace): the user site's
+# usercustomize, a `.pth` there that imports it, a module beside pybox's script
+# named like one it imports (the workspace was the script's folder on sys.path).
+PLANTS = {
+    "usercustomize": "import site; put(site.getusersitepackages(), 'usercustomize.py', FORGER)",
+    "user_site_pth": (
+        "import site; put(site.getusersitepackages(), '_forge.py', FORGER); "
+        "put(site.getusersitepackages(), 'forge.pth', 'import _forge\\n')"
+    ),
+    "stdlib_shadow": "put('.', 'json.py', FORGER)",
+}
+PLANTER = """
+import os
+def put(folder, name, text):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), 'w') as handle:
+        handle.write(text)
+FORGER = {forger!r}
+{plant}
+put('.', 'truth.txt', 'the truth')
+"""
+
+
+def plant(sandboxes: Sandboxes, sandbox_id: str, *plants: str) -> None:
+    for name in plants:
+        source = PLANTER.format(forger=FORGER, plant=PLANTS.get(name, name))
+        done = sandboxes.run(sandbox_id, code(source))
+        assert done.receipt.status.value == "succeeded", done.stderr
+
+
+def assert_true_answers(sandboxes: Sandboxes, sandbox_id: str, planted: set[str]) -> None:
+    assert sandboxes.read_file(sandbox_id, "truth.txt") == b"the truth"
+    files, complete = sandboxes.list_files(sandbox_id)
+    assert complete and {"truth.txt", *planted} <= {f.path for f in files}
+    (listing,) = [
+        r
+        for r in sandboxes.store.list_runs(sandbox_id=sandbox_id)
+        if r.kind == "sandbox.list_files"
+    ][-1:]
+    assert listing.receipt is not None
+    program = listing.receipt["configured"]["program"]
+    assert program["kind"] == "pybox_files"
+    assert program["interpreter_argv"][1:] == ["-I", "-S", "_pybox_files.py"]
+
+
+@pytest.mark.parametrize("where", sorted(PLANTS))
+def test_start_up_code_the_agent_planted_never_runs_in_pybox_s_file_program(
+    sandboxes: Sandboxes, sandbox_id: str, where: str
+) -> None:
+    plant(sandboxes, sandbox_id, where)
+    planted = {
+        "usercustomize": "usercustomize.py",
+        "user_site_pth": "forge.pth",
+        "stdlib_shadow": "json.py",
+    }[where]
+    files = {f.path for f in sandboxes.list_files(sandbox_id)[0]}
+    assert [path for path in files if path.endswith("/" + planted) or path == planted]
+    assert_true_answers(sandboxes, sandbox_id, set())
+    # The agent's own program still gets its site (the plant runs there: its answer).
+    caller = sandboxes.run(
+        sandbox_id, code("import sys; print(sys.flags.isolated, sys.flags.no_site)")
+    )
+    assert caller.stdout == b"0 0\n"
+    assert caller.receipt.configured.program is not None
+    assert caller.receipt.configured.program.kind == "caller"
+
+
+def test_a_sitecustomize_and_a_pth_in_the_installed_libraries_never_run_in_pybox_s_programs(
+    sandboxes: Sandboxes, engine: Engine
+) -> None:
+    # .pybox-packages is on the caller's PYTHONPATH once libraries are installed.
+    info = sandboxes.create(libraries=["six"])
+    try:
+        plant(
+            sandboxes,
+            info.sandbox_id,
+            "put('.pybox-packages', 'sitecustomize.py', FORGER); "
+            "put('.pybox-packages', '_forge.py', FORGER); "
+            "put('.pybox-packages', 'forge.pth', 'import _forge\\n')",
+        )
+        assert_true_answers(
+            sandboxes,
+            info.sandbox_id,
+            {".pybox-packages/sitecustomize.py", ".pybox-packages/forge.pth"},
+        )
+        # exec's wrapper starts isolated too, and the command it becomes still
+        # finds the libraries (and the caller's code runs the sitecustomize).
+        command = sandboxes.exec(
+            info.sandbox_id, ["python3", "-c", "import six, sys; print(six.__name__)"]
+        )
+        assert command.stdout == b"six\n", command.stderr
+        assert command.receipt.configured.program is not None
+        assert command.receipt.configured.program.interpreter_argv[1:3] == ("-I", "-S")
+    finally:
+        sandboxes.destroy(info.sandbox_id)
+    assert engine.inspect_container(f"pybox-{info.sandbox_id}") is None

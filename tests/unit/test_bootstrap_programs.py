@@ -114,7 +114,7 @@ class Bootstrap:
             "version": self.protocol,
         }
         fields.update(kwargs)
-        fields["code_name"] = fields["argv"][1]
+        fields["code_name"] = fields["argv"][-1]
         self.send(b"".join(wire.encode_payload(code=code, **fields)))
 
     def frame(self, timeout_s: float = 15) -> Frame:
@@ -337,3 +337,20 @@ def test_each_program_gets_its_own_stdin_and_arguments(box: Bootstrap) -> None:
     ready(box)
     box.program(echo, stdin=b"second", args=("b", "c"))
     assert box.until_exit()[0] == b"['b', 'c'] second\n"
+
+
+def test_a_first_program_that_starts_isolated_replaces_the_pre_started_interpreter(
+    box: Bootstrap,
+) -> None:
+    # The pre-started interpreter is a plain `python main.py`; pybox's own program
+    # must run in one started `-I -S`, never in it.
+    ready(box)
+    probe = b"import sys\nprint(sys.flags.isolated, sys.flags.no_site)\n"
+    box.program(probe, argv=[PYTHON, "-I", "-S", "main.py"])
+    out, report = box.until_exit()
+    assert (out, report["exit_code"]) == (b"1 1\n", 0)
+    box.send(wire.ACK)
+    ready(box)
+    box.program(probe)  # the caller's next program: a plain start again
+    out, report = box.until_exit()
+    assert (out, report["exit_code"]) == (b"0 0\n", 0)

@@ -4,6 +4,8 @@ ends itself when idle."""
 
 from __future__ import annotations
 
+import ast
+import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pybox._core import wire
-from tests.unit.test_bootstrap_programs import Bootstrap, ready
+from tests.unit.test_bootstrap_programs import PYTHON, Bootstrap, ready
 
 NONCE = "0123456789abcdef" * 2
 
@@ -70,3 +72,65 @@ def test_it_ends_itself_when_no_program_comes_in_its_idle_time(tmp_path: Path) -
         assert box.process.wait(timeout=15) == 0
     finally:
         box.close()
+
+
+# What the program's interpreter found: its flags, where two planted names came
+# from, and whether the planted start-up hooks ran (repr: `json` could be planted).
+PROBE = b"""
+import os, sys
+import fnmatch
+print(repr({
+    "isolated": sys.flags.isolated,
+    "no_site": sys.flags.no_site,
+    "fnmatch": fnmatch.__file__,
+    "hooks": sorted(n for n in ("sitecustomize", "usercustomize") if n in sys.modules),
+    "planted": os.environ.get("PLANTED_RAN", ""),
+    "path": sys.path,
+}))
+"""
+
+
+def test_pybox_s_own_program_starts_isolated_from_what_earlier_code_left(
+    sandbox: Bootstrap,
+) -> None:
+    work = sandbox.root / "work"
+    work.mkdir(exist_ok=True)
+    hook = "import os\nos.environ['PLANTED_RAN'] = os.environ.get('PLANTED_RAN', '') + '{}'\n"
+    # A module named like the standard library's beside the script; a sitecustomize
+    # on PYTHONPATH (as .pybox-packages is); a usercustomize in a user site under HOME.
+    (work / "fnmatch.py").write_text(hook.format("fnmatch "))
+    packages = work / ".pybox-packages"
+    packages.mkdir()
+    (packages / "sitecustomize.py").write_text(hook.format("sitecustomize "))
+    user_site = work / ".local" / "lib" / f"python{sysconfig.get_python_version()}"
+    (user_site / "site-packages").mkdir(parents=True)
+    (user_site / "site-packages" / "usercustomize.py").write_text(hook.format("usercustomize "))
+    env = (("HOME", str(work)), ("PYTHONPATH", str(packages)))
+    seen = {}
+    for kind, argv in (
+        ("pybox", [PYTHON, "-I", "-S", "_pybox_files.py"]),
+        ("caller", [PYTHON, "_pybox_run.py"]),
+    ):
+        ready(sandbox)
+        sandbox.program(PROBE, argv=argv, env=env)
+        out, report = sandbox.until_exit()
+        assert report["exit_code"] == 0, out
+        seen[kind] = ast.literal_eval(out.decode())
+        sandbox.send(wire.ACK)
+    pybox = seen["pybox"]
+    assert pybox["isolated"] == 1 and pybox["no_site"] == 1
+    assert pybox["hooks"] == [] and pybox["planted"] == ""
+    assert not pybox["fnmatch"].startswith(str(work))
+    assert not [entry for entry in pybox["path"] if entry.startswith(str(work)) or not entry]
+    # The same plants reach the caller's own program: they are real.
+    caller = seen["caller"]
+    assert caller["isolated"] == 0 and caller["fnmatch"] == str(work / "fnmatch.py")
+    assert "sitecustomize" in caller["planted"]
+
+
+def test_any_other_interpreter_argv_is_refused(sandbox: Bootstrap) -> None:
+    ready(sandbox)
+    sandbox.program(b"print(1)", argv=[PYTHON, "-X", "dev", "_pybox_files.py"])
+    frame = sandbox.frame()
+    assert frame.kind == wire.K_ERROR
+    assert "not this box's Python" in frame.json()["message"]

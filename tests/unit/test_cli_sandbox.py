@@ -407,6 +407,7 @@ def test_ls_lists_and_escapes_the_names_the_box_gave(
     record = json.loads(capsys.readouterr().out)
     assert record["pybox_sandbox_version"] == 1 and record["complete"] is False
     assert record["files"][1] == {"path": hostile, "kind": "file", "size_bytes": 12}
+    assert "isolated" in record["source"]  # who listed them: pybox's file program
 
 
 def test_ls_of_the_whole_workspace(

@@ -10,16 +10,28 @@ import os
 import subprocess
 import sys
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pybox._boxes.handshake import program_payload
+from pybox._core import wire
+from pybox._core.errors import InvalidRequest
+from pybox._core.limits import BUILTIN_DEFAULTS
+from pybox._core.request import PROGRAM_EXEC, PROGRAM_FILES, RunRequest, check_request
+from pybox._core.runtimes import RUNC_CHOICE
 from pybox._features.experiments.copying import pack_project
 from pybox._features.experiments.project import ProjectPolicy
 from pybox._features.experiments.tree import entries_from_json
 from pybox._features.sandboxes import fileops
-from pybox._inbox import inbox_program
+from pybox._features.sandboxes.programs import with_libraries
+from pybox._inbox import bootstrap_source, inbox_program
+
+BOOTSTRAP: dict[str, Any] = {"__name__": "pybox_bootstrap_under_test"}
+exec(compile(bootstrap_source(), "bootstrap.py", "exec"), BOOTSTRAP)
+parse_header = BOOTSTRAP["parse_header"]
 
 
 def run(tmp_path: Path, argv: tuple[str, ...], stdin: bytes = b"") -> tuple[dict[str, Any], bytes]:
@@ -28,7 +40,7 @@ def run(tmp_path: Path, argv: tuple[str, ...], stdin: bytes = b"") -> tuple[dict
     script = tmp_path / "_pybox_files.py"
     script.write_bytes(inbox_program("sandbox_files"))
     done = subprocess.run(
-        [sys.executable, "-I", str(script), *argv],
+        [sys.executable, "-I", "-S", str(script), *argv],  # as pybox starts it in the box
         input=stdin,
         capture_output=True,
         env={"PYBOX_WORK_DIR": str(work), "PATH": os.environ.get("PATH", "")},
@@ -153,3 +165,94 @@ def test_pack_returns_the_named_files_and_refuses_links_and_size(tmp_path: Path)
     assert report["error"] == "too_big" and raw == b""
     request = fileops.pack_request(("../x",), 10)
     assert run(tmp_path, request.argv, request.stdin_bytes)[0]["error"] == "outside"
+
+
+# -- pybox's own programs start isolated from the workspace ---------------------------
+
+PYBOX_PROGRAMS = {
+    "write": fileops.write_request("a.txt", b"x"),
+    "read": fileops.read_request("a.txt", 10),
+    "list": fileops.list_request(""),
+    "unpack": fileops.unpack_request(".pybox-packages", b""),
+    "digest": fileops.digest_request("", 10, skip_names=(".git",)),
+    "pack": fileops.pack_request(("a.txt",), 10),
+    "exec": fileops.exec_request(("python3", "-m", "pytest")),
+}
+BOX_PYTHON = "/usr/bin/python3"
+
+
+def payload_header(request: RunRequest) -> dict[str, Any]:
+    """The header pybox sends the box's bootstrap for `request`, as the bootstrap reads it."""
+    first = next(
+        program_payload(
+            request,
+            BUILTIN_DEFAULTS,
+            python_path=BOX_PYTHON,
+            collect_outputs=False,
+            protocol=wire.SANDBOX,
+            isolation=RUNC_CHOICE,
+        )
+    )
+    size = int.from_bytes(first[4:8], "big")
+    header: dict[str, Any] = parse_header(first[8 : 8 + size])
+    return header
+
+
+@pytest.mark.parametrize("name", sorted(PYBOX_PROGRAMS))
+def test_pybox_s_own_programs_start_isolated_with_no_python_variables(name: str) -> None:
+    # As a sandbox with installed libraries prepares them (`programs.with_libraries`).
+    request = with_libraries(PYBOX_PROGRAMS[name], ("six",))
+    header = payload_header(request)
+    assert header["argv"] == [BOX_PYTHON, "-I", "-S", request.code_name]
+    assert request.program in (PROGRAM_FILES, PROGRAM_EXEC)
+    if request.program == PROGRAM_FILES:
+        assert not [env for env, _ in header["env"] if env.upper().startswith("PYTHON")]
+    # The bootstrap takes exactly this argv, and starts the program with these flags.
+    assert BOOTSTRAP["interpreter_flags"](header["argv"], BOX_PYTHON, request.code_name) == [
+        "-I",
+        "-S",
+    ]
+
+
+def test_the_caller_s_code_and_exec_s_command_still_see_the_sandbox_s_libraries() -> None:
+    caller = with_libraries(RunRequest(code=b"import six", code_name="_pybox_run.py"), ("six",))
+    header = payload_header(caller)
+    assert header["argv"] == [BOX_PYTHON, "_pybox_run.py"]
+    assert ("PYTHONPATH", "/pybox/work/.pybox-packages") in header["env"]
+    assert BOOTSTRAP["interpreter_flags"](header["argv"], BOX_PYTHON, "_pybox_run.py") == []
+    # exec's wrapper starts isolated, but the command it becomes gets the environment.
+    command = payload_header(with_libraries(PYBOX_PROGRAMS["exec"], ("six",)))
+    assert ("PYTHONPATH", "/pybox/work/.pybox-packages") in command["env"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [BOX_PYTHON, "-S", "_pybox_files.py"],
+        [BOX_PYTHON, "-I", "_pybox_files.py"],
+        [BOX_PYTHON, "-S", "-I", "_pybox_files.py"],
+        [BOX_PYTHON, "-X", "importtime", "_pybox_files.py"],
+        ["/tmp/python3", "-I", "-S", "_pybox_files.py"],
+        [BOX_PYTHON, "-I", "-S", "other.py"],
+    ],
+)
+def test_the_bootstrap_refuses_any_other_interpreter_argv(argv: list[str]) -> None:
+    with pytest.raises(ValueError, match="not this box's Python"):
+        BOOTSTRAP["interpreter_flags"](argv, BOX_PYTHON, "_pybox_files.py")
+
+
+def test_the_receipt_says_whose_program_ran_and_how_it_started() -> None:
+    request = PYBOX_PROGRAMS["list"]
+    assert request.interpreter_flags == ("-I", "-S")
+    assert RunRequest(code=b"").interpreter_flags == ()
+    with pytest.raises(InvalidRequest, match="program kind"):
+        check_request(replace(request, program="root"), BUILTIN_DEFAULTS)
+
+
+def test_the_file_program_works_away_from_the_workspace(tmp_path: Path) -> None:
+    # It leaves the workspace as its working folder at once: paths go from WORK's descriptor.
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "here.txt").write_bytes(b"here")
+    report, out = run(tmp_path, ("read", "here.txt", "100"))
+    assert report == {"ok": True, "size_bytes": 4} and out == b"here"
+    assert b'os.chdir("/")' in inbox_program("sandbox_files")

@@ -118,11 +118,23 @@ def test_the_network_is_attached_for_pip_only(box_engine: FakeEngine) -> None:
     assert len(pip_step) == 1 and len(execs) == 3
     assert [bool(n) for n in networks] == [i in pip_step for i in range(len(execs))]
     argv = execs[pip_step[0]].split(" ")
-    assert argv[:3] == ["/usr/bin/python3", "/opt/pybox-build/pip-1-py3.whl/pip", "install"]
+    assert argv[:4] == [
+        "/usr/bin/python3",
+        "-I",
+        "/opt/pybox-build/pip-1-py3.whl/pip",
+        "install",
+    ]
     for option in ("--only-binary=:all:", "--no-cache-dir", "--isolated", "--target", "--report"):
         assert option in argv
     assert argv[argv.index("--index-url") + 1] == "https://mirror.invalid/simple"
     assert argv[-2:] == ["six", "idna>=3"]
+
+
+def test_every_python_the_install_box_starts_is_isolated(box_engine: FakeEngine) -> None:
+    # pybox's own programs in a box: the probe, pip and the measurement.
+    run_install(box_engine, ["six"])
+    execs = [argv.split(" ") for argv in box_engine.names("exec")]
+    assert execs and all(argv[:2] == ["/usr/bin/python3", "-I"] for argv in execs), execs
 
 
 def test_a_bad_requirement_creates_nothing(box_engine: FakeEngine) -> None:

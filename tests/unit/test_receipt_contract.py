@@ -55,7 +55,9 @@ PINNED = {
         "isolation",
         "preload",
         "executable_paths",
+        "program",
     ],
+    "configured.program": ["kind", "interpreter_argv"],
     "configured.isolation": [
         "lane",
         "engine_runtime",

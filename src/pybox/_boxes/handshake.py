@@ -28,7 +28,9 @@ def program_payload(
 ) -> Iterator[bytes]:
     """The payload's chunks, in the order the bootstrap reads them."""
     return wire.encode_payload(
-        argv=[python_path, request.code_name],
+        # pybox's own programs start isolated (`-I -S`): the bootstrap takes only
+        # these two argv shapes, and starts exactly the one it was given.
+        argv=[python_path, *request.interpreter_flags, request.code_name],
         code_name=request.code_name,
         code=request.code,
         inputs=tuple(wire.PayloadFile(i.name, i.data) for i in request.inputs),

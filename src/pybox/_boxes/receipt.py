@@ -24,6 +24,7 @@ from pybox._core.receipt import (
     ImageFacts,
     PostureMismatchFact,
     PreloadReport,
+    ProgramFacts,
     ProgramReported,
     PyboxObserved,
     Receipt,
@@ -268,6 +269,10 @@ def _configured(record: RunRecord) -> Configured:
         isolation=isolation_facts(spec.isolation, record.limits),
         preload=record.spec.preload if _preload_asked(record) else (),
         executable_paths=spec.executable_paths,
+        program=ProgramFacts(
+            request.program,
+            (image.python_path, *request.interpreter_flags, request.code_name),
+        ),
     )
 
 

@@ -106,6 +106,20 @@ class LibraryFact:
 
 
 @dataclass(frozen=True)
+class ProgramFacts:
+    """Whose program ran, and the argv its interpreter was started with.
+
+    `kind` is `caller` (the caller's code: `python NAME`, site and all),
+    `pybox_files` (pybox's own file program) or `pybox_exec` (pybox's wrapper that
+    replaced itself with the caller's command); pybox's own start isolated
+    (`python -I -S NAME`), so nothing the caller's code left in the workspace
+    runs in them. What any of them printed is still the box's word."""
+
+    kind: str
+    interpreter_argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Configured:
     pybox_version: str
     engine: EngineFacts
@@ -131,6 +145,8 @@ class Configured:
     # The writable places mounted without noexec: `/pybox` for an environment whose
     # recipe asks for it (compiled toolchains), empty for every other box.
     executable_paths: tuple[str, ...] = ()
+    # Whose program ran and how its interpreter started (None: not recorded).
+    program: ProgramFacts | None = None
 
 
 @dataclass(frozen=True)

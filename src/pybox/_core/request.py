@@ -21,6 +21,17 @@ MAX_ARGS_BYTES = 128 * 1024
 MAX_ENV = 200
 MAX_ENV_BYTES = 128 * 1024
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Whose program a request runs (the receipt's `configured.program.kind`). The
+# caller's code starts as `python NAME`, site and all: it sees the sandbox's
+# installed libraries. pybox's own in-box programs (the file tools, and the
+# wrapper that becomes an `exec`'s command) start isolated, `python -I -S NAME`:
+# nothing a program left in the workspace (a user site under HOME=/pybox/work,
+# a `.pth`, a module beside the script) or any PYTHON* variable runs in them.
+PROGRAM_CALLER = "caller"
+PROGRAM_FILES = "pybox_files"
+PROGRAM_EXEC = "pybox_exec"
+PROGRAM_KINDS = (PROGRAM_CALLER, PROGRAM_FILES, PROGRAM_EXEC)
+ISOLATED_FLAGS = ("-I", "-S")
 # Names that usually hold a credential. The program is untrusted: such a
 # variable is refused unless the operator allows it (allow_credential_env).
 CREDENTIAL_NAME_RE = re.compile(
@@ -58,6 +69,13 @@ class RunRequest:
     runtime: str | None = None
     # The box's network mode (pybox._core.egress): none unless asked, within the policy.
     egress: str | None = None
+    # One of PROGRAM_KINDS; only pybox's own requests (sandboxes.fileops) set another.
+    program: str = PROGRAM_CALLER
+
+    @property
+    def interpreter_flags(self) -> tuple[str, ...]:
+        """The flags the box's Python starts the program with (after its path)."""
+        return () if self.program == PROGRAM_CALLER else ISOLATED_FLAGS
 
 
 @dataclass(frozen=True)
@@ -165,6 +183,10 @@ def check_request(
             "'_', '-' or '.', ending in .py (for example main.py)."
         )
     check_image_name(request.image)
+    if request.program not in PROGRAM_KINDS:
+        raise InvalidRequest(
+            f"The program kind {request.program!r} is not one of {', '.join(PROGRAM_KINDS)}."
+        )
     if len(request.inputs) > MAX_INPUTS:
         raise InvalidRequest(
             f"{len(request.inputs)} input files were given; the most is {MAX_INPUTS}."

@@ -73,6 +73,13 @@ WORK, INPUT, OUTPUT = ROOT + "/work", ROOT + "/input", ROOT + "/output"
 # The box's other writable places (tmpfs mounts of its own): emptied between a
 # sandbox's programs.
 TEMP_DIRS = ("/tmp", "/dev/shm")
+# pybox's own programs in the box (its file tools, the wrapper that becomes an
+# exec's command) start as `python -I -S NAME`: no site (so no user site under
+# HOME, which is the workspace, and no `.pth`), no PYTHON* variables, and not
+# the script's folder (the workspace) on sys.path. The program's code may have
+# left anything in the workspace; none of it runs in pybox's programs. The
+# caller's own programs start as `python NAME`.
+ISOLATED_FLAGS = ["-I", "-S"]
 # Returned files: the same bounds as pybox's own checks, so nothing unbounded is walked.
 MAX_DEPTH = 32
 MAX_PATH_BYTES = 1024

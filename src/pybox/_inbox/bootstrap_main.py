@@ -68,7 +68,11 @@ def run_program(link, python, header, started, defaults, protocol, first, preloa
             refuse_full(link, header, protocol, len(code))
             return None, False
         started = restart(None, python, code_name, header, defaults)
-    elif (header["args"] or header["env"] or header["stdin_size"]) and not preload:
+    elif not preload and (
+        header["args"] or header["env"] or header["stdin_size"] or header.get("flags")
+    ):
+        # The pre-started interpreter is a plain `python NAME` with the box's own
+        # environment: this program needs another start.
         started = restart(started, python, code_name, header, defaults)
     pid, out_r, err_r = started
     link.program_deadline = deadline
@@ -137,10 +141,19 @@ def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None):
             "the payload is for protocol %r; this box speaks %d" % (header.get("version"), protocol)
         )
     check_name(header["code_name"])
-    if header["argv"] != [python, header["code_name"]]:
-        raise ValueError("the payload runs %r, not this box's Python" % (header["argv"],))
+    header["flags"] = interpreter_flags(header["argv"], python, header["code_name"])
     check_kernel_status(header.get("require_status", ()), KERNEL_STATUS)
     return header
+
+
+def interpreter_flags(argv, python, code_name):
+    """The flags the payload's argv starts the program with: none (the caller's
+    code) or ISOLATED_FLAGS (pybox's own); any other argv is refused."""
+    if argv == [python, code_name]:
+        return []
+    if argv == [python, *ISOLATED_FLAGS, code_name]:
+        return list(ISOLATED_FLAGS)
+    raise ValueError("the payload runs %r, not this box's Python" % (argv,))
 
 
 def clear_outside_workspace():

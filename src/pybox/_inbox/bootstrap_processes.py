@@ -208,6 +208,8 @@ def preload_fallback(preload, header, report):
         return "a preload failed: " + report["failed"]
     if report["printed_bytes"]:
         return "the preload printed %d bytes" % report["printed_bytes"]
+    if header.get("flags"):
+        return "pybox's own program starts in an isolated interpreter"
     if header["args"] or header["env"] or header["stdin_size"]:
         return "the run has arguments, environment variables or stdin"
     tops = {name.split(".")[0] for name in preload}
@@ -219,9 +221,9 @@ def preload_fallback(preload, header, report):
 
 def restart(started, python, code_name, header, defaults):
     """Replace the pre-started interpreter with one that has the run's own
-    arguments, environment variables or stdin (it has not read its script yet,
-    so none of the program's code ran in it). With `started` None (a later
-    program of a protocol-2 box), just start one."""
+    arguments, environment variables, stdin or isolated start (it has not read
+    its script yet, so none of the program's code ran in it). With `started`
+    None (a later program of a protocol-2 box), just start one."""
     if started is not None:
         pid, out_r, err_r = started
         try:
@@ -240,7 +242,8 @@ def restart(started, python, code_name, header, defaults):
         stdin_fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         os.unlink(path)
     try:
-        return spawn(python, [python, code_name, *header["args"]], env, stdin_fd, defaults)
+        argv = [python, *header.get("flags", ()), code_name, *header["args"]]
+        return spawn(python, argv, env, stdin_fd, defaults)
     finally:
         if stdin_fd is not None:
             os.close(stdin_fd)

@@ -6,6 +6,10 @@
 # workspace. The outcome is one JSON line on stderr (`{"ok": ...}`); a file read
 # goes out raw on stdout. Everything it says is untrusted by the host like any
 # program's output: pybox checks sizes and shapes.
+# pybox starts it as `python -I -S` (isolated: no site, no user site under
+# HOME, no PYTHON* variables, not the workspace on sys.path): the agent's code
+# may have left anything in the workspace, and none of it may run in here. It
+# imports only the standard library, and works away from the workspace (cwd /).
 #
 # argv: write REL | read REL MAX_BYTES | list REL MAX_ENTRIES | unpack REL
 #       | digest REL MAX_ENTRIES [SKIP_NAME...] | pack MAX_BYTES
@@ -363,6 +367,7 @@ def main():
         os.unlink(sys.argv[0])  # pybox's own script leaves nothing in the workspace
     except OSError:
         pass
+    os.chdir("/")  # every path is opened from WORK's own descriptor, never from cwd
     operation, rel = sys.argv[1], sys.argv[2]
     if operation == "pack":
         pack(int(rel))

@@ -41,6 +41,12 @@ CANCEL_WAIT_S = 30.0
 # as changes no one made.
 COMMAND_ENV = (("PYTHONDONTWRITEBYTECODE", "1"),)
 
+# Who a test summary comes from: pybox parsed it, but from what the project's own
+# test command printed (run through pybox's isolated exec wrapper): untrusted.
+TESTS_SOURCE = (
+    "parsed by pybox from the test command's output; the project's code printed it (untrusted)"
+)
+
 
 class Jobs:
     def __init__(self, experiments: Experiments) -> None:
@@ -211,7 +217,7 @@ class Jobs:
                     outcome.stderr.decode("utf-8", "replace"),
                     receipt.exit_code,
                 )
-                doc["tests"] = summary.to_dict()
+                doc["tests"] = summary.to_dict() | {"source": TESTS_SOURCE}
         done = self.ledger.finish_job(job.job_id, state, doc)
         experiment_state = {
             "completed": ExperimentState.COMPLETED,

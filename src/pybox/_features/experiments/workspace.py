@@ -27,6 +27,7 @@ from pybox._features.experiments.states import ExperimentState
 from pybox._features.experiments.tree import TreeEntry, entries_from_json
 from pybox._features.sandboxes import fileops
 from pybox._features.sandboxes.paths import workspace_path
+from pybox._features.sandboxes.records import FILES_SOURCE
 
 if TYPE_CHECKING:
     from pybox._features.experiments.service import Experiments
@@ -36,6 +37,7 @@ MAX_ARTIFACTS = 64
 DIFF_BYTES = 256 * 1024
 # pybox's own places in a sandbox's workspace: never part of the project's changes.
 OWN_NAMES = frozenset({".pybox-packages"})
+BASELINE_SOURCE = "pybox's copy of the project, digested on the host before the box existed"
 
 
 def baseline_entries(experiments: Experiments, experiment_id: str) -> tuple[TreeEntry, ...]:
@@ -175,6 +177,9 @@ def _changes(experiments: Experiments, record: ExperimentRecord) -> dict[str, An
     return {
         "experiment_id": record.experiment_id,
         "available": True,
+        # Who established each side: the baseline is pybox's own record, made on
+        # the host; the copy's side was read by pybox's file program in the box.
+        "source": {"baseline": BASELINE_SOURCE, "current": FILES_SOURCE},
         **described,
         "stats": {
             **changes.stats(),

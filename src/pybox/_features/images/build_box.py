@@ -179,9 +179,13 @@ def pip_install_argv(
     python: str, wheel_name: str, options: Sequence[str], pip: PipSettings, with_cert: bool
 ) -> list[str]:
     """`pip install` in a box, run from pip's wheel put into BUILD_DIR, told this
-    machine's index, CA (as BUILD_DIR/ca.pem) and proxy, and nothing else."""
+    machine's index, CA (as BUILD_DIR/ca.pem) and proxy, and nothing else. The
+    interpreter starts isolated (`-I`: no PYTHON* variables, no user site), as
+    every one of pybox's own programs in a box does; pip's wheel is still its
+    sys.path[0] (a zip's own path is, even so)."""
     return [
         python,
+        "-I",
         f"{BUILD_DIR}/{wheel_name}/pip",
         "install",
         "--isolated",

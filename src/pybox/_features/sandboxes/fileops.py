@@ -2,9 +2,12 @@
 
 Each operation is a program pybox writes (`pybox/_inbox/sandbox_files.py`), run
 like any other under the box's seal, with the caller's path checked here first
-and again in the box. What the box answers is untrusted: only its outcome kind
-(from a fixed set) is read, and the message pybox gives is its own, naming the
-caller's path, never the box's words.
+and again in the box. It starts isolated from the workspace (`python -I -S`,
+`PROGRAM_FILES`), so nothing the agent's code left there (a user site under
+HOME, a `.pth`, a module named like the standard library's) runs in it. What
+the box answers is still untrusted: only its outcome kind (from a fixed set) is
+read, and the message pybox gives is its own, naming the caller's path, never
+the box's words.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pybox._adapters.host_files import create_new_file, replace_file
 from pybox._boxes.record import RunOutcome
 from pybox._core.errors import InvalidRequest, SandboxError
 from pybox._core.receipt import Status
-from pybox._core.request import RunRequest
+from pybox._core.request import PROGRAM_EXEC, PROGRAM_FILES, RunRequest
 from pybox._inbox import inbox_program
 
 FILES_PROGRAM = "_pybox_files.py"
@@ -86,12 +89,20 @@ def pack_request(paths: tuple[str, ...], max_bytes: int) -> RunRequest:
 
 
 def exec_request(argv: tuple[str, ...]) -> RunRequest:
-    return RunRequest(code=inbox_program("sandbox_exec"), code_name=EXEC_PROGRAM, argv=argv)
+    """pybox's wrapper, started isolated, replaces itself with the command; the
+    command gets the run's environment as it is (the sandbox's libraries too)."""
+    return RunRequest(
+        code=inbox_program("sandbox_exec"), code_name=EXEC_PROGRAM, argv=argv, program=PROGRAM_EXEC
+    )
 
 
 def _request(argv: tuple[str, ...], stdin: bytes = b"") -> RunRequest:
     return RunRequest(
-        code=inbox_program("sandbox_files"), code_name=FILES_PROGRAM, argv=argv, stdin_bytes=stdin
+        code=inbox_program("sandbox_files"),
+        code_name=FILES_PROGRAM,
+        argv=argv,
+        stdin_bytes=stdin,
+        program=PROGRAM_FILES,
     )
 
 

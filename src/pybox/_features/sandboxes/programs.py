@@ -25,7 +25,7 @@ from pybox._core.events import EventSink
 from pybox._core.limits import LimitRequest, Limits, Policy
 from pybox._core.posture import WORK_DIR
 from pybox._core.receipt import LibraryFact
-from pybox._core.request import RunRequest, check_request
+from pybox._core.request import PROGRAM_FILES, RunRequest, check_request
 from pybox._core.runtimes import RuntimeChoice
 from pybox._features.sandboxes.egress import plan_for, with_ca_bundle, with_hosts_reached
 from pybox._features.sandboxes.records import BOX_WIDE, PACKAGES_FOLDER, RUN_PROGRAM
@@ -54,8 +54,7 @@ def run_in(
             limits,
             allow_credential_env=sandboxes.session.policy.allow_credential_env,
         )
-        if row.libraries:
-            request = with_packages_path(request)
+        request = with_libraries(request, row.libraries)
         request = with_ca_bundle(row, request)
         return run_program(
             sandboxes, row, box, request, limits, kind, files_dir, cancel, on_event, installed
@@ -217,6 +216,15 @@ def _usable(sandboxes: Sandboxes, sandbox_id: str) -> SandboxRow:
     return row
 
 
+def with_libraries(request: RunRequest, libraries: tuple[str, ...]) -> RunRequest:
+    """The caller's code and commands see the sandbox's installed libraries;
+    pybox's file program gets no PYTHON* variable (it starts isolated, `-I -S`,
+    and needs nothing but the standard library)."""
+    if not libraries or request.program == PROGRAM_FILES:
+        return request
+    return with_packages_path(request)
+
+
 def with_packages_path(request: RunRequest) -> RunRequest:
     """The sandbox's installed libraries first on the program's sys.path."""
     folder = f"{WORK_DIR}/{PACKAGES_FOLDER}"
@@ -229,6 +237,7 @@ def _request_facts(request: RunRequest) -> dict[str, Any]:
     """What the store keeps of a request: never a variable's value."""
     return {
         "code_name": request.code_name,
+        "program": request.program,
         "code_bytes": len(request.code),
         "argv_count": len(request.argv),
         "env_names": sorted(name for name, _ in request.env),

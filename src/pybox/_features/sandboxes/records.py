@@ -22,6 +22,10 @@ LIVE_STATES = ("creating", "ready", "busy")
 # Where installed libraries go in the workspace, put first on every later run's
 # sys.path with PYTHONPATH (the user site would be ignored in a venv image).
 PACKAGES_FOLDER = ".pybox-packages"
+# Who gave the answers of a sandbox's file tools (listings, reads, digests), as
+# results say it: pybox's own program, started isolated from the workspace, but
+# in the box, so pybox still checks every shape and size.
+FILES_SOURCE = "pybox's file program in the box (isolated: python -I -S), checked by pybox"
 
 
 @dataclass(frozen=True)

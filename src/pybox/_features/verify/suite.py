@@ -187,9 +187,11 @@ CASES: tuple[Case, ...] = (
     Case(
         "sandbox",
         "in a persistent sandbox, leave a double-forked daemon and a canary in every writable "
-        "place outside the workspace; look for both in the next run",
+        "place outside the workspace, and start-up code that forges pybox's file answers (a "
+        "user-site usercustomize and .pth, a stdlib-named module); look for both in the next run",
         "the kernel counts 1 process in the box between the runs; the next run sees no other "
-        "process and no byte of the canary; the workspace is kept; the box gone after destroy",
+        "process and no byte of the canary; the workspace is kept; pybox's file program reads "
+        "and lists the truth; the box gone after destroy",
         run_sandbox,
     ),
     Case(

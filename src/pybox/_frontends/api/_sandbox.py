@@ -31,8 +31,9 @@ __all__ = ["FileListing", "Sandbox", "SandboxFile", "SandboxInfo"]
 
 
 class FileListing(list[SandboxFile]):
-    """`Sandbox.list_files`'s answer: a list of `SandboxFile`s (names as the box
-    listed them: untrusted text) and whether the box listed them all."""
+    """`Sandbox.list_files`'s answer: a list of `SandboxFile`s (names as pybox's
+    own file program listed them in the box, started isolated from the workspace:
+    still untrusted text) and whether the box listed them all."""
 
     def __init__(self, files: Iterable[SandboxFile], complete: bool) -> None:
         super().__init__(files)

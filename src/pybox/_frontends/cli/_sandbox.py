@@ -27,7 +27,7 @@ from pybox._core.errors import InvalidRequest, PyboxError
 from pybox._core.limits import FIELDS_BY_KEY, LIMIT_FIELDS, LimitRequest
 from pybox._core.request import RunRequest
 from pybox._features.sandboxes.fileops import save_on_host
-from pybox._features.sandboxes.records import BOX_WIDE, RUN_PROGRAM, SandboxInfo
+from pybox._features.sandboxes.records import BOX_WIDE, FILES_SOURCE, RUN_PROGRAM, SandboxInfo
 from pybox._frontends.cli._common import (
     EXIT_STOPPED,
     ArgumentParser,
@@ -286,7 +286,7 @@ def _write_host_file(destination: Path, data: bytes, force: bool) -> None:
 def cmd_ls(args: argparse.Namespace) -> int:
     files, complete = _sandboxes(args).list_files(args.sandbox_id, args.path)
     if args.json:
-        _json({"files": [f.to_dict() for f in files], "complete": complete})
+        _json({"files": [f.to_dict() for f in files], "complete": complete, "source": FILES_SOURCE})
         return 0
     for item in files:
         # The names came from the box: one line each, anything a terminal acts on escaped.

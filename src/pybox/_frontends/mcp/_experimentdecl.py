@@ -87,6 +87,7 @@ CHANGES_SCHEMA = output_schema(
     available={"type": "boolean"},
     stats={"type": "object"},
     diff={"type": "string"},
+    source={"type": "object"},
 )
 ARTIFACTS_SCHEMA = output_schema(
     ["experiment_id", "artifacts"],

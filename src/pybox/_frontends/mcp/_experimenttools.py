@@ -97,7 +97,8 @@ def _job_result(job: Any, *, with_output: bool) -> JSONObject:
     tests = described.get("tests")
     if isinstance(tests, dict):
         words += (
-            f"; tests: {tests.get('passed', 0)} passed, {tests.get('failed', 0)} failed, "
+            "; tests (as the test command printed them): "
+            f"{tests.get('passed', 0)} passed, {tests.get('failed', 0)} failed, "
             f"{tests.get('errors', 0)} errors, {tests.get('skipped', 0)} skipped"
             + ("" if tests.get("parsed") else " (not parsed: judged by the exit code)")
         )
@@ -154,7 +155,8 @@ def inspect_changes(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSO
         f"+{stats.get('lines_added', 0)} -{stats.get('lines_removed', 0)} lines"
         + (" (the diff was cut short)" if changes.get("diff_truncated") else "")
         + (" (recorded at teardown)" if changes.get("recorded_at_teardown") else "")
-        + ". Paths and the diff come from the box's files:",
+        + ". Paths and the diff come from the box's files, as pybox's own file program "
+        "(isolated from the workspace) read them there:",
         changes,
         [Section("changed paths", listing), Section("unified diff", changes.get("diff", ""))],
     )

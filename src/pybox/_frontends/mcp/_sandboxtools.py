@@ -20,7 +20,7 @@ from pybox._core.errors import InvalidRequest, PyboxError, RequestRejected
 from pybox._core.limits import LimitRequest
 from pybox._core.receipt import LibraryFact
 from pybox._core.request import PreparedRun, RunRequest
-from pybox._features.sandboxes.records import RUN_PROGRAM, SandboxInfo, persists
+from pybox._features.sandboxes.records import FILES_SOURCE, RUN_PROGRAM, SandboxInfo, persists
 from pybox._frontends.mcp._present import run_result, user_limits
 from pybox._frontends.mcp._protocol import ArgumentError, JSONObject
 from pybox._frontends.mcp._runs import Run
@@ -170,7 +170,10 @@ def read_sandbox_file(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> J
         text, encoding = data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         text, encoding = base64.b64encode(data).decode("ascii"), "base64"
-    lines = [f"The file {args['path']!r} holds {len(data)} bytes ({encoding})."]
+    lines = [
+        f"The file {args['path']!r} holds {len(data)} bytes ({encoding}), as pybox's own file "
+        "program read it in the box (isolated from the workspace)."
+    ]
     lines += fenced_sections([Section("file content", text)])
     result = text_result("\n".join(lines), is_error=False)
     result["structuredContent"] = {
@@ -178,6 +181,7 @@ def read_sandbox_file(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> J
         "size_bytes": len(data),
         "encoding": encoding,
         "content": text,
+        "source": FILES_SOURCE,
     }
     return result
 
@@ -200,11 +204,16 @@ def list_sandbox_files(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> 
     listing = "\n".join(f"{f.kind}\t{f.size_bytes}\t{f.path}" for f in files)
     lines = [
         f"{len(files)} entries{'' if complete else ' (the listing was cut short)'}; "
-        "names as the box listed them (kind, bytes, path):"
+        "names as pybox's own file program listed them in the box, isolated from the "
+        "workspace (kind, bytes, path):"
     ]
     lines += fenced_sections([Section("file listing", listing)])
     result = text_result("\n".join(lines), is_error=False)
-    result["structuredContent"] = {"files": [f.to_dict() for f in files], "complete": complete}
+    result["structuredContent"] = {
+        "files": [f.to_dict() for f in files],
+        "complete": complete,
+        "source": FILES_SOURCE,
+    }
     return result
 
 
