@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 
 from pybox._adapters.config import load_settings
+from pybox._adapters.confinement import seccomp_profile
 from pybox._adapters.egress_config import machine_registries, url_host
 from pybox._adapters.state import StateStore
 from pybox._boxes.egress import EgressNetwork
@@ -30,11 +31,18 @@ from pybox._core.egress import (
     observed_between,
     parse_tally,
 )
-from pybox._core.egress_posture import network_body, network_problems, network_requirements
+from pybox._core.egress_posture import (
+    ProxySpec,
+    network_body,
+    network_problems,
+    network_requirements,
+    proxy_requirements,
+)
 from pybox._core.errors import ConfigError, EgressRefused, InvalidRequest
-from pybox._core.readback import check_requirements
+from pybox._core.readback import body_from, check_requirements
 from pybox._core.receipt import Unknown
 from pybox._core.request import RunRequest
+from pybox._core.seccomp import Confinement
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
 
@@ -363,6 +371,36 @@ def test_a_proxy_waits_for_its_connections_then_reads_the_whole_run(
     unknown: list[Unknown] = []
     seen = proxy_of(ProxyEngine([busy, done]), state).observed_or_unknown(None, unknown)
     assert seen.hosts == (HostReached("a.example", 443, 1, 5, 50),) and unknown == []
+
+
+# -- the proxy container's posture ------------------------------------------------------
+
+
+def proxy_table() -> tuple[Any, ...]:
+    spec = ProxySpec(
+        image_id="sha256:x",
+        entrypoint=("python3", "-I", "-S", "-c", "pass", "{}"),
+        user="1600000001:1600000001",
+        labels=(("io.pybox.egress", "packages"),),
+        network="pybox-egress-x",
+        confinement=Confinement(seccomp_profile(), None, "no AppArmor (test)"),
+    )
+    return proxy_requirements(spec)
+
+
+def test_the_proxy_has_a_boxs_ulimits_and_no_dev_shm() -> None:
+    table = proxy_table()
+    body = body_from(table)["HostConfig"]
+    assert body["IpcMode"] == "none"  # no /dev/shm at all: nothing writable
+    assert {u["Name"]: u["Hard"] for u in body["Ulimits"]} == {
+        "nofile": 256,
+        "core": 0,
+        "nproc": 64,
+    }
+    inspected = {"Config": {}, "HostConfig": dict(body)}
+    weakened = {**inspected, "HostConfig": {**body, "IpcMode": "private", "Ulimits": None}}
+    fields = {m.field for m in check_requirements(table, weakened).mismatches}
+    assert {"HostConfig.IpcMode", "HostConfig.Ulimits"} <= fields
 
 
 def test_a_receipt_with_hosts_matches_the_schema(engine: FakeEngine, state: StateStore) -> None:
