@@ -497,3 +497,23 @@ def test_a_sandbox_receipt_counts_its_own_run_after_a_flood(
     finally:
         sandboxes.destroy(info.sandbox_id)
     assert leftovers(engine, info.sandbox_id) == []
+
+
+def test_a_proxy_without_its_ulimits_or_with_dev_shm_is_refused_before_start(
+    upstream_session: tuple[Session, Upstream], engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proxy container's posture is read back off the real container: one made
+    without its ulimits and with a /dev/shm (IPC private) stops the run."""
+    from pybox._core.readback import body_from
+
+    def weakened(table: Any) -> dict[str, Any]:
+        body = body_from(table)
+        body["HostConfig"].pop("Ulimits", None)
+        body["HostConfig"]["IpcMode"] = "private"
+        return body
+
+    session, _ = upstream_session
+    monkeypatch.setattr("pybox._boxes.egress.body_from", weakened)
+    with pytest.raises(PostureMismatch, match="egress proxy was refused before start") as caught:
+        session.run(RunRequest(code=b"print(1)", egress="packages"))
+    assert {"HostConfig.Ulimits", "HostConfig.IpcMode"} <= set(caught.value.fields)
