@@ -182,6 +182,8 @@ class EgressObserved:
 
 # Refused names a receipt lists (the box's own words: untrusted, only a sample).
 REFUSED_NAMES_SHOWN = 20
+# The receipt's `unknown` fact when the proxy counted refusals whose names it did not keep.
+REFUSED_NAMES_DROPPED = "the names of some requests the egress proxy refused"
 
 
 @dataclass(frozen=True)
@@ -275,7 +277,7 @@ def observed_between(
     if dropped:
         gaps.append(
             TallyGap(
-                "the names of some requests the egress proxy refused",
+                REFUSED_NAMES_DROPPED,
                 f"{dropped} of the {refused} refused requests named hosts past the "
                 f"{after.refused_names_max} distinct names the proxy keeps; they are "
                 "counted in `refused`, their names were not kept",
