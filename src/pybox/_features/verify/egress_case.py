@@ -168,7 +168,9 @@ def judge_proxy_posture(inspected: JSONObject | None, verdict: Verdict) -> None:
         "engine",
         "the egress proxy while the box ran: ulimits "
         + ", ".join(f"{name} {soft}" for name, (soft, _) in sorted(ulimits.items()))
-        + f"; IPC {host.get('IpcMode')!r} (no /dev/shm); read-only root, no tmpfs, no mount",
+        + f"; IPC mode {host.get('IpcMode')!r} ('none': no /dev/shm); read-only root "
+        f"{writable['ReadonlyRootfs']}, tmpfs {writable['Tmpfs'] or 'none'}, "
+        f"mounts {writable['Mounts'] or 'none'}",
     )
 
 
@@ -224,10 +226,11 @@ def judge_flood(receipt: Receipt, flood: object, verdict: Verdict) -> None:
         seen.refused >= expected,
         f"the receipt counts {seen.refused} refusals; the box had {expected} answered",
     )
+    named = FIRST_ASKED in seen.refused_names
     verdict.check(
-        FIRST_ASKED in seen.refused_names,
+        named,
         f"the first name the box asked, {FIRST_ASKED}, is not among the receipt's refused "
-        f"names: {list(seen.refused_names)[:3]}...",
+        f"names: {[name[:24] + '...' for name in seen.refused_names[:3]]}",
     )
     dropped = [u for u in receipt.unknown if u.fact == REFUSED_NAMES_DROPPED]
     if answered > FLOOD_PAST_BOUND:
@@ -237,8 +240,9 @@ def judge_flood(receipt: Receipt, flood: object, verdict: Verdict) -> None:
         )
     verdict.saw(
         "pybox",
-        f"the proxy's tally: no host reached; {seen.refused} requests refused, "
-        f"{FIRST_ASKED} named; " + (dropped[0].reason if dropped else "no name dropped"),
+        f"the proxy's tally: {len(seen.hosts)} hosts reached; {seen.refused} requests "
+        f"refused, {FIRST_ASKED} {'named' if named else 'NOT named'}; "
+        + (dropped[0].reason if dropped else "no name dropped"),
     )
     verdict.saw(
         "program",
