@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from pybox._core.display import plural
 from pybox._core.errors import ConfigError, EgressRefused, InvalidRequest
 
 NONE, PACKAGES, OPEN = "none", "packages", "open"
@@ -287,7 +288,7 @@ def observed_between(
         gaps.append(
             TallyGap(
                 "the bytes of egress connections still open",
-                f"{after.in_flight} connection(s) through the proxy had not ended when "
+                f"{plural(after.in_flight, 'connection')} through the proxy had not ended when "
                 "pybox read its counts; their bytes are counted when they end",
             )
         )
