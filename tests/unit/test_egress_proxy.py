@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import select
 import signal
 import socket
 import subprocess
@@ -392,10 +393,19 @@ def test_the_real_entrypoint_answers_sigusr1_with_its_tally() -> None:
         assert listening["event"] == "listening"
         answer = ask(listening["port"], b"CONNECT off.invalid:443 HTTP/1.1\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 403 ")
-        proc.send_signal(signal.SIGUSR1)
-        tally = json.loads(proc.stdout.readline())
-        assert tally["event"] == "tally"
-        assert (tally["refused"], tally["refused_total"]) == ([["off.invalid", 1]], 1)
+        # Clients in the middle of their heads: threads the signal could land on,
+        # while the main thread waits in accept() (no new client comes).
+        held = [socket.create_connection(("127.0.0.1", listening["port"]), 5) for _ in range(3)]
+        time.sleep(0.5)  # each accepted: three threads reading heads (5 s allowed)
+        for _ in range(30):
+            proc.send_signal(signal.SIGUSR1)
+            ready, _, _ = select.select([proc.stdout], [], [], 3.0)
+            assert ready, "the proxy did not answer an ask within 3 s"
+            tally = json.loads(proc.stdout.readline())
+            assert tally["event"] == "tally" and tally["in_flight"] == 3
+            assert (tally["refused"], tally["refused_total"]) == ([["off.invalid", 1]], 1)
+        for sock in held:
+            sock.close()
     finally:
         proc.kill()
         proc.wait(10)

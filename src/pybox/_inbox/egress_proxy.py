@@ -24,8 +24,9 @@ as dropped, never forgotten silently); refusals in all; connections in flight.
 The allowed rows are bounded by the allowlist, so no flood can push them out.
 Nothing a client does writes to stdout: the proxy prints one `listening` line,
 then one `tally` line each time pybox asks for it (SIGUSR1, sent through the
-engine), so the log the engine caps holds only answers and can not be flooded
-away. pybox reads the newest tally after its ask.
+engine, taken by a thread of its own with sigwait), so the log the engine caps
+holds only answers and can not be flooded away. pybox reads the newest tally
+after its ask.
 """
 
 from __future__ import annotations
@@ -186,13 +187,17 @@ class Proxy:
         self.log(event="tally", **self.tally())
 
     def ask(self, *_: Any) -> None:
-        """SIGUSR1's handler: only sets a flag (the reporter thread writes)."""
+        """An ask for the tally: the reporter thread writes it."""
         self._asked.set()
 
-    def reporter(self) -> None:
+    def reporter(self, wait: Any = None) -> None:
+        """Writes the tally at each ask: `wait()` returns at one (default: `ask()`)."""
         while True:
-            self._asked.wait()
-            self._asked.clear()
+            if wait is not None:
+                wait()
+            else:
+                self._asked.wait()
+                self._asked.clear()
             self.report()
 
     def serve(self, listener: socket.socket) -> None:
@@ -356,8 +361,14 @@ def main(argv: list[str]) -> None:
     port = int(config.get("listen_port", 3128))
     listener = socket.create_server(("0.0.0.0", port), backlog=64)  # noqa: S104
     proxy = Proxy(config)
+    # pybox asks with SIGUSR1. It is blocked in every thread (each inherits this
+    # mask) and taken by the reporter with sigwait: a handler would run only in
+    # the main thread, which may sit in accept() until the next client. A handler
+    # is still set: PID 1 drops a signal whose action is the default.
     signal.signal(signal.SIGUSR1, proxy.ask)
-    threading.Thread(target=proxy.reporter, daemon=True).start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    wait = lambda: signal.sigwait({signal.SIGUSR1})  # noqa: E731
+    threading.Thread(target=proxy.reporter, args=(wait,), daemon=True).start()
     proxy.log(event="listening", port=listener.getsockname()[1])
     proxy.serve(listener)
 
