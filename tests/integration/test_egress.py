@@ -15,6 +15,7 @@ import ipaddress
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -328,3 +329,191 @@ def test_a_weakened_network_stops_the_run_before_any_box(
         (n.get("Labels") or {}).get("io.pybox.owner") != egress_session.owner
         for n in engine.list_networks({LABEL_EGRESS: None})
     )
+
+
+# -- a flood of refusals does not hide the hosts reached (issue 29, finding 2) -------------
+
+ALLOWED_HERE = "allowed.invalid"  # allowlisted, never looked up: the upstream "resolves"
+RELAYED_BYTES = 5000
+FLOOD = """
+import json, os, socket, threading, time
+host, port = os.environ["HTTPS_PROXY"].split("//")[1].rsplit(":", 1)
+port = int(port)
+out = {}
+if REAL:
+    with socket.create_connection((host, port), 5) as s:
+        s.sendall(b"CONNECT " + ALLOWED.encode() + b":443 HTTP/1.1\\r\\n\\r\\n")
+        s.settimeout(10)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    out["allowed"] = got.split(b"\\r\\n")[0].decode("ascii", "replace")
+    out["relayed"] = len(got.split(b"\\r\\n\\r\\n", 1)[-1])
+# Names near the longest the proxy takes: each refusal was one long line of its log.
+pad = "r" * 236
+counts = []
+def flood(first):
+    n = 0
+    for i in range(first, COUNT, THREADS):
+        try:
+            with socket.create_connection((host, port), 5) as s:
+                s.sendall(b"CONNECT n%05d.%s.invalid:443 HTTP/1.1\\r\\n\\r\\n" % (i, pad.encode()))
+                n += s.recv(12) == b"HTTP/1.1 403"
+        except OSError:
+            pass
+    counts.append(n)
+started = time.monotonic()
+threads = [threading.Thread(target=flood, args=(k,)) for k in range(THREADS)]
+for t in threads: t.start()
+for t in threads: t.join()
+out["refused"] = sum(counts)
+out["flood_s"] = round(time.monotonic() - started, 1)
+print(json.dumps(out))
+"""
+
+
+def flood_code(count: int, real: bool = True, threads: int = 8) -> bytes:
+    head = f"ALLOWED = {ALLOWED_HERE!r}; COUNT = {count}; THREADS = {threads}; REAL = {real}\n"
+    return (head + FLOOD).encode()
+
+
+class Upstream:
+    """An upstream CONNECT proxy on the engine's bridge gateway (this machine): it
+    answers 200 and sends RELAYED_BYTES, so the proxy relays a real connection
+    without any traffic leaving the machine."""
+
+    def __init__(self, address: str) -> None:
+        self.sock = socket.create_server((address, 0))
+        self.address, self.port = address, self.sock.getsockname()[1]
+        self.heads: list[bytes] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10)
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 4096:
+                head += conn.recv(4096) or b"\r\n\r\n"
+            self.heads.append(head)
+            conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            time.sleep(0.3)  # the proxy reads the head alone: no bytes behind it
+            conn.sendall(b"x" * RELAYED_BYTES)
+
+
+@pytest.fixture
+def upstream_session(
+    engine: Engine, engine_name: str, state_dir: Path, tmp_path: Path
+) -> Iterator[tuple[Session, Upstream]]:
+    if engine_name == "podman":
+        pytest.skip("egress packages is refused on Podman (its refusal: the tests above)")
+    assert isinstance(engine, NetworkEngine)
+    bridge = engine.inspect_network("bridge") or {}
+    config = ((bridge.get("IPAM") or {}).get("Config") or [{}])[0]
+    gateway = str(config.get("Gateway") or "")
+    if not gateway and config.get("Subnet"):  # the default bridge: its first address
+        gateway = str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+    try:
+        upstream = Upstream(gateway)
+    except (OSError, ValueError):
+        pytest.skip(f"no listener on the engine's bridge gateway {gateway!r} on this machine")
+    settings = EgressSettings(
+        modes=("none", "packages"),
+        allow_hosts=(ALLOWED_HERE,),
+        machine_config=False,
+        ca_bundle="none",
+    )
+    environ = {"HOME": str(tmp_path), "HTTPS_PROXY": f"http://{gateway}:{upstream.port}"}
+    session = Session(
+        engine, StateStore(state_dir), Policy(), egress_settings=settings, environ=environ
+    )
+    yield session, upstream
+    upstream.sock.close()
+
+
+def hosts_named(seen: dict[str, Any]) -> list[tuple[str, int, int]]:
+    return [(h["host"], h["connections"], h["down_bytes"]) for h in seen["hosts"]]
+
+
+def test_a_flood_of_refusals_does_not_hide_the_host_reached(
+    upstream_session: tuple[Session, Upstream], engine: Engine
+) -> None:
+    """One real connection, then more refused ones than the proxy's 16 MiB log held
+    (one line each before): the receipt still names the host, and says that the
+    refused names past the proxy's bound were not kept."""
+    session, upstream = upstream_session
+    count = 40_000
+    limits = LimitRequest(timeout_s=240)
+    outcome = session.run(RunRequest(code=flood_code(count), egress="packages", limits=limits))
+    report = json.loads(outcome.stdout)
+    assert report["allowed"].startswith("HTTP/1.1 200 "), report
+    assert report["relayed"] == RELAYED_BYTES, report
+    assert upstream.heads[0].startswith(f"CONNECT {ALLOWED_HERE}:443 ".encode())
+    receipt = outcome.receipt.to_dict()
+    seen = receipt["observed_by_pybox"]["egress"]
+    assert hosts_named(seen) == [(ALLOWED_HERE, 1, RELAYED_BYTES)], seen
+    assert report["refused"] == count, report  # every one answered 403
+    assert seen["refused"] == count
+    names = seen["refused_names"]  # the first kept, as the box's threads sent them
+    assert len(names) == 20 and all(n.endswith(f".{'r' * 236}.invalid") for n in names)
+    (dropped,) = [u for u in receipt["unknown"] if "refused" in u["fact"]]
+    assert f"{count - 256} of the {count} refused requests" in dropped["reason"]
+    assert leftovers(engine, outcome.receipt.run_id) == []
+
+
+def test_a_sandbox_receipt_counts_its_own_run_after_a_flood(
+    upstream_session: tuple[Session, Upstream], engine: Engine
+) -> None:
+    """Each run's receipt is that run's: a flood and a real connection in the first,
+    one refusal in the second (the proxy's counts before a run are subtracted)."""
+    session, _ = upstream_session
+    sandboxes = session.sandboxes()
+    info = sandboxes.create(egress="packages", limits=LimitRequest(timeout_s=240))
+    try:
+        sandboxes.write_file(info.sandbox_id, "flood.py", flood_code(1000))
+        sandboxes.write_file(info.sandbox_id, "one.py", flood_code(1, real=False, threads=1))
+        first = sandboxes.exec(info.sandbox_id, ["python3", "flood.py"], timeout_s=240)
+        assert first.receipt.exit_code == 0, first.stderr[-2000:]
+        receipt = first.receipt.to_dict()
+        seen = receipt["observed_by_pybox"]["egress"]
+        assert hosts_named(seen) == [(ALLOWED_HERE, 1, RELAYED_BYTES)], seen
+        assert seen["refused"] == 1000
+        assert [u for u in receipt["unknown"] if "refused" in u["fact"]]
+        second = sandboxes.exec(info.sandbox_id, ["python3", "one.py"], timeout_s=60)
+        assert second.receipt.exit_code == 0, second.stderr[-2000:]
+        receipt = second.receipt.to_dict()
+        seen = receipt["observed_by_pybox"]["egress"]
+        assert (seen["hosts"], seen["refused"]) == ([], 1), seen
+        assert seen["refused_names"] == [f"n00000.{'r' * 236}.invalid"]
+        # The bound was hit in the first run, not this one: nothing unknown here.
+        assert not [u for u in receipt["unknown"] if "egress" in u["fact"]], receipt["unknown"]
+    finally:
+        sandboxes.destroy(info.sandbox_id)
+    assert leftovers(engine, info.sandbox_id) == []
+
+
+def test_a_proxy_without_its_ulimits_or_with_dev_shm_is_refused_before_start(
+    upstream_session: tuple[Session, Upstream], engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proxy container's posture is read back off the real container: one made
+    without its ulimits and with a /dev/shm (IPC private) stops the run."""
+    from pybox._core.readback import body_from
+
+    def weakened(table: Any) -> dict[str, Any]:
+        body = body_from(table)
+        body["HostConfig"].pop("Ulimits", None)
+        body["HostConfig"]["IpcMode"] = "private"
+        return body
+
+    session, _ = upstream_session
+    monkeypatch.setattr("pybox._boxes.egress.body_from", weakened)
+    with pytest.raises(PostureMismatch, match="egress proxy was refused before start") as caught:
+        session.run(RunRequest(code=b"print(1)", egress="packages"))
+    assert {"HostConfig.Ulimits", "HostConfig.IpcMode"} <= set(caught.value.fields)

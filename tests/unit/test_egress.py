@@ -4,6 +4,8 @@ rows, the proxy log's reading and the receipt (the proxy itself: test_egress_pro
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,24 +14,35 @@ import jsonschema
 import pytest
 
 from pybox._adapters.config import load_settings
+from pybox._adapters.confinement import seccomp_profile
 from pybox._adapters.egress_config import machine_registries, url_host
 from pybox._adapters.state import StateStore
+from pybox._boxes.egress import EgressNetwork
 from pybox._core.egress import (
     CA_BUNDLE_NAME,
     EgressObserved,
     EgressPlan,
     EgressSettings,
     HostReached,
+    ProxyTally,
     choose_mode,
     host_problem,
-    pending_connections,
-    read_proxy_log,
-    summarise,
+    newest_tally,
+    observed_between,
+    parse_tally,
 )
-from pybox._core.egress_posture import network_body, network_problems, network_requirements
+from pybox._core.egress_posture import (
+    ProxySpec,
+    network_body,
+    network_problems,
+    network_requirements,
+    proxy_requirements,
+)
 from pybox._core.errors import ConfigError, EgressRefused, InvalidRequest
-from pybox._core.readback import check_requirements
+from pybox._core.readback import body_from, check_requirements
+from pybox._core.receipt import Unknown
 from pybox._core.request import RunRequest
+from pybox._core.seccomp import Confinement
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
 
@@ -221,22 +234,173 @@ def test_the_box_environment_points_at_the_proxy_and_the_ca_bundle() -> None:
 # -- the proxy's log -----------------------------------------------------------------------
 
 
-def test_the_log_is_summed_by_host_and_refusals_counted() -> None:
+def tally_line(t: float, **fields: Any) -> str:
+    base = {"reached": [], "refused": [], "refused_total": 0, "refused_dropped": 0}
+    return json.dumps({"seq": 1, "t": t, "event": "tally", **base, **fields})
+
+
+def test_the_newest_tally_after_the_ask_is_read() -> None:
     lines = [
-        '{"seq": 1, "t": 5.0, "event": "open", "host": "old.example", "port": 443}',
-        '{"seq": 2, "t": 10.0, "event": "open", "host": "b.example", "port": 443}',
-        '{"seq": 3, "t": 10.5, "event": "close", "host": "b.example", "port": 443, '
-        '"up_bytes": 10, "down_bytes": 100}',
-        '{"seq": 4, "t": 11.0, "event": "close", "host": "b.example", "port": 443, '
-        '"up_bytes": 1, "down_bytes": 2}',
-        '{"seq": 5, "t": 11.0, "event": "refused", "host": "evil.example", "port": 443}',
+        '{"seq": 1, "t": 4.0, "event": "listening", "port": 3128}',
+        tally_line(5.0, refused_total=1),
         "not json",
+        tally_line(10.5, refused_total=3),
+        tally_line(11.0, refused_total=4, reached=[["b.example", 443, 2, 2, 11, 102]]),
+        '{"event": "tally", "t": 12.0, "reached": "no"}',  # misshapen: never read
     ]
-    events = read_proxy_log(lines, since_epoch=10.0)
-    assert pending_connections(events) == -1
-    seen = summarise("packages", events)
-    assert seen.hosts == (HostReached("b.example", 443, 2, 11, 102),)
-    assert (seen.refused, seen.refused_names) == (1, ("evil.example",))
+    assert newest_tally(lines[:2], asked_at=10.0) is None  # not answered yet
+    tally = newest_tally(lines, asked_at=10.0)
+    assert tally is not None and tally.refused_total == 4
+    assert tally.reached == (("b.example", 443, 2, 2, 11, 102),)
+    assert parse_tally(lines[-1]) is None
+
+
+def test_a_run_is_the_difference_between_two_tallies() -> None:
+    before = ProxyTally(1.0, (("a.example", 443, 3, 3, 30, 300),), (("x.invalid", 2),), 2)
+    after = ProxyTally(
+        2.0,
+        (("a.example", 443, 4, 4, 31, 310), ("b.example", 443, 0, 0, 0, 0)),
+        (("x.invalid", 3), ("y.invalid", 1)),
+        5,
+    )
+    seen, gaps = observed_between("packages", before, after)
+    assert seen.hosts == (HostReached("a.example", 443, 1, 1, 10),)
+    assert (seen.refused, seen.refused_names) == (3, ("x.invalid", "y.invalid"))
+    assert gaps == ()
+    whole, _ = observed_between("packages", None, after)  # one-shot: since the proxy began
+    assert whole.hosts == (HostReached("a.example", 443, 4, 31, 310),)
+
+
+def test_refused_names_past_the_proxys_bound_are_an_unknown_never_silence() -> None:
+    after = ProxyTally(
+        2.0,
+        (("a.example", 443, 1, 1, 5, 5000),),
+        tuple((f"n{i}.invalid", 1) for i in range(256)),
+        35_000,
+        34_744,
+        256,
+        in_flight=1,
+    )
+    seen, gaps = observed_between("packages", None, after)
+    assert seen.hosts == (HostReached("a.example", 443, 1, 5, 5000),)
+    assert seen.refused == 35_000 and len(seen.refused_names) == 20
+    assert [gap.fact for gap in gaps] == [
+        "the names of some requests the egress proxy refused",
+        "the bytes of egress connections still open",
+    ]
+    assert "34744 of the 35000 refused requests" in gaps[0].reason
+
+
+class ProxyEngine(FakeEngine):
+    """A fake engine holding one running proxy that answers each USR1 with a tally."""
+
+    def __init__(self, answers: list[str]) -> None:
+        super().__init__()
+        self.answers = answers
+        self.log: list[str] = []
+        self.signals: list[str] = []
+
+    def kill_container(self, container_id: str, signal: str = "KILL") -> bool:
+        self.signals.append(signal)
+        if not self.answers:
+            return False  # the proxy is gone
+        self.log.append(self.answers.pop(0).replace('"t": 0', f'"t": {time.time() + 0.01}'))
+        return True
+
+    def container_stdout(self, container_id: str, since_epoch: int = 0) -> bytes:
+        return "\n".join(self.log).encode()
+
+    def create_network(self, name: str, body: dict[str, Any]) -> str:
+        raise AssertionError("never asked")
+
+    def inspect_network(self, network: str) -> dict[str, Any] | None:
+        return None
+
+    def remove_network(self, network: str) -> bool:
+        return False
+
+    def list_networks(self, labels: Mapping[str, str | None]) -> list[dict[str, Any]]:
+        return []
+
+    def connect_network(self, network: str, container_id: str) -> None:
+        raise AssertionError("never asked")
+
+
+def proxy_of(engine: ProxyEngine, state: StateStore) -> EgressNetwork:
+    record = {"mode": "packages", "network": "n", "proxy_id": "proxy", "hosts": ["a.example"]}
+    return EgressNetwork.from_record(make_session(engine, state).box_context(), "sb", record)
+
+
+def test_the_receipt_says_unknown_when_refused_names_were_dropped(state: StateStore) -> None:
+    flooded = tally_line(
+        0,
+        reached=[["a.example", 443, 1, 1, 5, 5000]],
+        refused=[["n0.invalid", 1]],
+        refused_total=40_000,
+        refused_dropped=39_999,
+        refused_names_max=1,
+    )
+    engine = ProxyEngine([flooded])
+    unknown: list[Unknown] = []
+    seen = proxy_of(engine, state).observed_or_unknown(None, unknown)
+    assert engine.signals == ["USR1"]  # asked, never killed
+    assert seen.hosts == (HostReached("a.example", 443, 1, 5, 5000),)
+    assert seen.refused == 40_000
+    (gap,) = unknown
+    assert "refused" in gap.fact and "39999 of the 40000" in gap.reason
+
+
+def test_a_proxy_that_can_not_answer_is_an_unknown_not_an_empty_list(
+    state: StateStore,
+) -> None:
+    unknown: list[Unknown] = []
+    seen = proxy_of(ProxyEngine([]), state).observed_or_unknown(None, unknown)
+    assert seen.hosts == ()
+    assert [u.fact for u in unknown] == ["the hosts reached through the egress proxy"]
+    assert "no longer running" in unknown[0].reason
+    before: list[Unknown] = []
+    assert proxy_of(ProxyEngine([]), state).tally_or_unknown(before) is None
+    assert "since it was made" in before[0].reason  # a sandbox run: what it shows
+
+
+def test_a_proxy_waits_for_its_connections_then_reads_the_whole_run(
+    state: StateStore,
+) -> None:
+    busy = tally_line(0, in_flight=1)
+    done = tally_line(0, reached=[["a.example", 443, 1, 1, 5, 50]])
+    unknown: list[Unknown] = []
+    seen = proxy_of(ProxyEngine([busy, done]), state).observed_or_unknown(None, unknown)
+    assert seen.hosts == (HostReached("a.example", 443, 1, 5, 50),) and unknown == []
+
+
+# -- the proxy container's posture ------------------------------------------------------
+
+
+def proxy_table() -> tuple[Any, ...]:
+    spec = ProxySpec(
+        image_id="sha256:x",
+        entrypoint=("python3", "-I", "-S", "-c", "pass", "{}"),
+        user="1600000001:1600000001",
+        labels=(("io.pybox.egress", "packages"),),
+        network="pybox-egress-x",
+        confinement=Confinement(seccomp_profile(), None, "no AppArmor (test)"),
+    )
+    return proxy_requirements(spec)
+
+
+def test_the_proxy_has_a_boxs_ulimits_and_no_dev_shm() -> None:
+    table = proxy_table()
+    body = body_from(table)["HostConfig"]
+    assert body["IpcMode"] == "none"  # no /dev/shm at all: nothing writable
+    assert {u["Name"]: u["Hard"] for u in body["Ulimits"]} == {
+        "nofile": 256,
+        "core": 0,
+        "nproc": 64,
+    }
+    inspected = {"Config": {}, "HostConfig": dict(body)}
+    weakened = {**inspected, "HostConfig": {**body, "IpcMode": "private", "Ulimits": None}}
+    fields = {m.field for m in check_requirements(table, weakened).mismatches}
+    assert {"HostConfig.IpcMode", "HostConfig.Ulimits"} <= fields
 
 
 def test_a_receipt_with_hosts_matches_the_schema(engine: FakeEngine, state: StateStore) -> None:

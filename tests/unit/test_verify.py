@@ -890,21 +890,71 @@ def test_egress_packages_judges_the_proxys_log_and_the_programs_report(
         "direct": {"172.17.0.1": "ETIMEDOUT"},
         "dns": "no answer in 3 s",
     }
+    first = ("pybox-verify.invalid",)
     contained = packages(
-        outcome_of(session, engine, report_script(report)), EgressObserved("packages", (), 4)
+        outcome_of(session, engine, report_script(report)),
+        EgressObserved("packages", (), 4, first),
     )
     verdict = judged(judge_egress_packages, contained, "172.17.0.1", 0)
     assert verdict.failures == []
     report["direct"] = {"172.17.0.1": "connected"}
     report["connected_ends"] = {"172.17.0.1": [["192.168.64.2", 40001], ["172.17.0.1", 40000]]}
     report["neighbours"] = ["172.17.0.1 0x1 0x2 02:42:ac:11:00:01 * eth0"]
-    relayed = EgressObserved("packages", (HostReached("x.example", 443, 1, 1, 1),), 4)
+    relayed = EgressObserved("packages", (HostReached("x.example", 443, 1, 1, 1),), 4, first)
     escaped = packages(outcome_of(session, engine, report_script(report)), relayed)
     verdict = judged(judge_egress_packages, escaped, "172.17.0.1", 1)
     assert len(verdict.failures) == 3
     # Who answered is in the failure, to be read after the fact.
     (direct,) = [item for item in verdict.failures if "a direct connection" in item]
     assert "192.168.64.2" in direct and "02:42:ac:11:00:01" in direct
+
+
+def test_egress_packages_judges_a_flood_by_its_counts_names_and_unknowns(
+    session: Session, engine: FakeEngine
+) -> None:
+    from pybox._core.egress import REFUSED_NAMES_DROPPED, EgressObserved
+    from pybox._core.receipt import Unknown
+    from pybox._features.verify.egress_case import judge_flood
+
+    receipt = outcome_of(session, engine, Script(stdout=b"{}\n")).receipt
+    flood = {"sent": 40_000, "answered": 40_000, "seconds": 19.0}
+
+    def with_egress(seen: EgressObserved, *unknown: Unknown) -> Any:
+        observed = dataclasses.replace(receipt.observed_by_pybox, egress=seen)
+        return dataclasses.replace(receipt, observed_by_pybox=observed, unknown=unknown)
+
+    dropped = Unknown(REFUSED_NAMES_DROPPED, "39746 of the 40004 refused requests ...")
+    whole = with_egress(EgressObserved("packages", (), 40_004, ("pybox-verify.invalid",)), dropped)
+    verdict = Verdict()
+    judge_flood(whole, flood, verdict)
+    assert verdict.failures == []
+    # What 1a128cd's receipt said after the flood: the first lines of the log gone.
+    hidden = with_egress(EgressObserved("packages", (), 6417, ("f33570.invalid",)))
+    verdict = Verdict()
+    judge_flood(hidden, flood, verdict)
+    assert len(verdict.failures) == 3
+    assert any("6417 refusals; the box had 40004 answered" in f for f in verdict.failures)
+
+
+def test_egress_packages_reads_the_running_proxys_posture() -> None:
+    from pybox._core.egress_posture import PROXY_ULIMITS
+    from pybox._features.verify.egress_case import judge_proxy_posture
+
+    inspected = {
+        "HostConfig": {"Ulimits": PROXY_ULIMITS, "IpcMode": "none", "ReadonlyRootfs": True},
+        "Mounts": [],
+    }
+    verdict = Verdict()
+    judge_proxy_posture(inspected, verdict)
+    assert verdict.failures == []
+    assert "nofile 256" in verdict.facts[-1].text
+    weak = {"HostConfig": {"IpcMode": "private", "ReadonlyRootfs": True}, "Mounts": []}
+    verdict = Verdict()
+    judge_proxy_posture(weak, verdict)
+    assert len(verdict.failures) == 2  # no ulimits, and a /dev/shm
+    verdict = Verdict()
+    judge_proxy_posture(None, verdict)
+    assert verdict.failures == ["the egress proxy was never seen running"]
 
 
 def test_egress_packages_refused_by_the_engine_is_contained_when_nothing_is_listed(

@@ -31,9 +31,9 @@ from pybox._core.egress import (
     EgressObserved,
     EgressPlan,
     EgressSettings,
-    pending_connections,
-    read_proxy_log,
-    summarise,
+    ProxyTally,
+    newest_tally,
+    observed_between,
 )
 from pybox._core.egress_posture import (
     ProxySpec,
@@ -55,6 +55,9 @@ if TYPE_CHECKING:  # configparser with it: only a `packages` box reads pip's and
 
 LISTEN_WAIT_S = 15.0
 DRAIN_WAIT_S = 3.0
+# How long the proxy has to answer an ask for its tally (it answers in milliseconds).
+ANSWER_WAIT_S = 5.0
+HOSTS_FACT = "the hosts reached through the egress proxy"
 CA_MAX_BYTES = 4 * 1024 * 1024
 BRIDGE = "bridge"
 SWEEP_GRACE_S = 120.0
@@ -151,7 +154,7 @@ class EgressNetwork:
         return self.plan
 
     def record(self) -> dict[str, object]:
-        """What a later process needs to read this box's proxy log and remove it all."""
+        """What a later process needs to ask this box's proxy and remove it all."""
         plan = self.plan
         return {
             "mode": plan.mode,
@@ -261,36 +264,68 @@ class EgressNetwork:
             raise InvalidRequest(f"The CA bundle {path} is over {CA_MAX_BYTES} bytes.")
         return data
 
-    def observed(self, since_epoch: float) -> EgressObserved:
-        """What the proxy relayed since `since_epoch`: waits (briefly) for every
-        connection it opened to be logged closed."""
+    def tally(self) -> ProxyTally:
+        """The proxy's counts now: asked for (SIGUSR1, through the engine), then its
+        answer read off its stdout. A proxy that is gone or silent is an error."""
+        assert self.proxy_id is not None
+        engine = network_engine(self.context)
+        # Its answer carries its clock (the host's: one kernel), to the millisecond.
+        asked_at = int(time.time() * 1000) / 1000 - 0.001
+        if not self.context.engine.kill_container(self.proxy_id, "USR1"):
+            raise SandboxError("the egress proxy is no longer running, so it could not answer")
+        deadline = time.monotonic() + ANSWER_WAIT_S
+        while True:
+            raw = engine.container_stdout(self.proxy_id, int(asked_at) - 1)
+            found = newest_tally(raw.decode("utf-8", "replace").splitlines(), asked_at)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise SandboxError(f"the egress proxy did not answer within {ANSWER_WAIT_S:g} s")
+            time.sleep(0.02)
+
+    def tally_or_unknown(self, unknown: list[Unknown]) -> ProxyTally | None:
+        """The tally a sandbox's run starts from; a failure is an unknown, not an error."""
+        if self.mode != PACKAGES or self.proxy_id is None:
+            return None
+        try:
+            return self.tally()
+        except (EngineError, SandboxError) as exc:
+            unknown.append(
+                Unknown(
+                    "which of the hosts reached through the egress proxy this run reached",
+                    f"the proxy's counts before the run could not be read ({exc}); the "
+                    "hosts and counts shown are the sandbox's since it was made",
+                )
+            )
+            return None
+
+    def observed(self, before: ProxyTally | None, unknown: list[Unknown]) -> EgressObserved:
+        """What the proxy relayed and refused since `before` (None: since it started):
+        waits (briefly) for the connections it is serving to end."""
         if self.mode != PACKAGES or self.proxy_id is None:
             return EgressObserved(self.mode)
-        engine = network_engine(self.context)
         deadline = time.monotonic() + DRAIN_WAIT_S
         while True:
-            since = int(since_epoch) - 1  # the engine's filter is by whole seconds
-            raw = engine.container_stdout(self.proxy_id, since).decode("utf-8", "replace")
-            events = read_proxy_log(raw.splitlines(), since_epoch)
-            if pending_connections(events) <= 0 or time.monotonic() > deadline:
+            after = self.tally()
+            if after.in_flight <= 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        return summarise(self.mode, events)
+        seen, gaps = observed_between(self.mode, before, after)
+        unknown.extend(Unknown(gap.fact, gap.reason) for gap in gaps)
+        return seen
 
-    def observed_or_unknown(self, since_epoch: float, unknown: list[Unknown]) -> EgressObserved:
+    def observed_or_unknown(
+        self, before: ProxyTally | None, unknown: list[Unknown]
+    ) -> EgressObserved:
         try:
-            return self.observed(since_epoch)
-        except EngineError as exc:
-            unknown.append(Unknown("the hosts reached through the egress proxy", str(exc)))
+            return self.observed(before, unknown)
+        except (EngineError, SandboxError) as exc:
+            unknown.append(Unknown(HOSTS_FACT, str(exc)))
             return EgressObserved(self.mode)
 
     def observed_then_close(self, unknown: list[Unknown]) -> EgressObserved:
         """What the proxy relayed, then the network removed; failures become unknowns."""
-        try:
-            seen = self.observed(self.opened_at)
-        except EngineError as exc:
-            unknown.append(Unknown("the hosts reached through the egress proxy", str(exc)))
-            seen = EgressObserved(self.mode)
+        seen = self.observed_or_unknown(None, unknown)
         for problem in self.close():
             unknown.append(Unknown("the egress network's removal", problem))
         return seen

@@ -1,5 +1,5 @@
 """Network modes ("egress") for boxes: the operator's policy, a box's choice, the
-plan a box is made with, and what the proxy's log says it reached (pure).
+plan a box is made with, and what the proxy's tally says it reached (pure).
 
 - `none`: no interface but `lo` (the default, always).
 - `packages`: an internal network of the box's own, whose only other member is
@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from pybox._core.display import plural
 from pybox._core.errors import ConfigError, EgressRefused, InvalidRequest
 
 NONE, PACKAGES, OPEN = "none", "packages", "open"
@@ -172,7 +173,7 @@ class HostReached:
 
 @dataclass(frozen=True)
 class EgressObserved:
-    """What the proxy's log says about one program (the receipt's `observed_by_pybox.egress`)."""
+    """What the proxy counted for one program (the receipt's `observed_by_pybox.egress`)."""
 
     mode: str
     hosts: tuple[HostReached, ...] = ()
@@ -180,49 +181,124 @@ class EgressObserved:
     refused_names: tuple[str, ...] = ()  # at most 20, as the box sent them (untrusted)
 
 
-def read_proxy_log(lines: Iterable[str], since_epoch: float) -> list[dict[str, object]]:
-    """The proxy's events logged at or after `since_epoch` (its clock is the host's:
-    the proxy container shares the kernel)."""
-    events: list[dict[str, object]] = []
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        at = event.get("t") if isinstance(event, dict) else None
-        if isinstance(at, int | float) and at >= since_epoch:
-            events.append(event)
-    return events
+# Refused names a receipt lists (the box's own words: untrusted, only a sample).
+REFUSED_NAMES_SHOWN = 20
+# The receipt's `unknown` fact when the proxy counted refusals whose names it did not keep.
+REFUSED_NAMES_DROPPED = "the names of some requests the egress proxy refused"
 
 
-def pending_connections(events: Iterable[Mapping[str, object]]) -> int:
-    opened = closed = 0
-    for event in events:
-        opened += event.get("event") == "open"
-        closed += event.get("event") == "close"
-    return opened - closed
+@dataclass(frozen=True)
+class ProxyTally:
+    """The proxy's counts since it started, as one `tally` line says them (the
+    proxy keeps them apart from any log: pybox._inbox.egress_proxy)."""
+
+    at: float = 0.0  # the proxy's clock when it answered (the host's: one kernel)
+    reached: tuple[tuple[str, int, int, int, int, int], ...] = ()  # host, port, opened,
+    # closed, up bytes, down bytes
+    refused: tuple[tuple[str, int], ...] = ()  # name, refusals (the first names kept)
+    refused_total: int = 0
+    refused_dropped: int = 0  # refusals to names past the proxy's bound
+    refused_names_max: int = 0
+    in_flight: int = 0  # connections accepted and not yet ended
 
 
-def summarise(mode: str, events: Iterable[Mapping[str, object]]) -> EgressObserved:
-    totals: dict[tuple[str, int], list[int]] = {}
-    refused: list[str] = []
-    for event in events:
-        kind = event.get("event")
-        host, port = str(event.get("host", "")), event.get("port", 0)
-        if kind == "close" and isinstance(port, int):
-            row = totals.setdefault((host, port), [0, 0, 0])
-            row[0] += 1
-            up, down = event.get("up_bytes", 0), event.get("down_bytes", 0)
-            row[1] += up if isinstance(up, int) else 0
-            row[2] += down if isinstance(down, int) else 0
-        elif kind == "refused":
-            refused.append(host)
-    hosts = tuple(
-        HostReached(host, port, row[0], row[1], row[2])
-        for (host, port), row in sorted(totals.items())
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def parse_tally(line: str) -> ProxyTally | None:
+    """One `tally` line, or None (not JSON, not a tally, or misshapen)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("event") != "tally":
+        return None
+    at, reached, refused = event.get("t"), event.get("reached"), event.get("refused")
+    if not isinstance(at, int | float) or not isinstance(reached, list):
+        return None
+    if not isinstance(refused, list):
+        return None
+    rows = []
+    for row in reached:
+        if not (isinstance(row, list) and len(row) == 6 and isinstance(row[0], str)):
+            return None
+        rows.append((row[0], *(_count(v) for v in row[1:])))
+    names = []
+    for pair in refused:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+            return None
+        names.append((pair[0], _count(pair[1])))
+    return ProxyTally(
+        float(at),
+        tuple(rows),  # type: ignore[arg-type]
+        tuple(names),
+        _count(event.get("refused_total")),
+        _count(event.get("refused_dropped")),
+        _count(event.get("refused_names_max")),
+        _count(event.get("in_flight")),
     )
-    names = tuple(dict.fromkeys(name for name in refused if name))[:20]
-    return EgressObserved(mode, hosts, len(refused), names)
+
+
+def newest_tally(lines: Iterable[str], asked_at: float) -> ProxyTally | None:
+    """The newest tally the proxy wrote at or after `asked_at` (None: none yet)."""
+    found = None
+    for line in lines:
+        tally = parse_tally(line)
+        if tally is not None and tally.at >= asked_at and (found is None or tally.at >= found.at):
+            found = tally
+    return found
+
+
+@dataclass(frozen=True)
+class TallyGap:
+    """A fact the tallies could not give: the receipt lists it under `unknown`."""
+
+    fact: str
+    reason: str
+
+
+def observed_between(
+    mode: str, before: ProxyTally | None, after: ProxyTally
+) -> tuple[EgressObserved, tuple[TallyGap, ...]]:
+    """What the proxy did between two tallies (`before` None: since it started)."""
+    base = before or ProxyTally()
+    was = {(row[0], row[1]): row[2:] for row in base.reached}
+    hosts = []
+    for host, port, *now in after.reached:
+        old = was.get((host, port), (0, 0, 0, 0))
+        opened, _closed, up, down = (max(0, a - b) for a, b in zip(now, old, strict=True))
+        if opened or up or down:
+            hosts.append(HostReached(host, port, opened, up, down))
+    refused_before = dict(base.refused)
+    names = [name for name, count in after.refused if count > refused_before.get(name, 0)]
+    refused = max(0, after.refused_total - base.refused_total)
+    dropped = max(0, after.refused_dropped - base.refused_dropped)
+    gaps = []
+    if dropped:
+        gaps.append(
+            TallyGap(
+                REFUSED_NAMES_DROPPED,
+                f"{dropped} of the {refused} refused requests named hosts past the "
+                f"{after.refused_names_max} distinct names the proxy keeps; they are "
+                "counted in `refused`, their names were not kept",
+            )
+        )
+    if after.in_flight:
+        gaps.append(
+            TallyGap(
+                "the bytes of egress connections still open",
+                f"{plural(after.in_flight, 'connection')} through the proxy had not ended when "
+                "pybox read its counts; their bytes are counted when they end",
+            )
+        )
+    seen = EgressObserved(
+        mode,
+        tuple(sorted(hosts, key=lambda h: (h.host, h.port))),
+        refused,
+        tuple(name for name in names if name)[:REFUSED_NAMES_SHOWN],
+    )
+    return seen, tuple(gaps)
 
 
 def describe_egress(observed: EgressObserved) -> str:

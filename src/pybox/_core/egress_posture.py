@@ -4,9 +4,12 @@ and the proxy container's table (pure; read back before anything starts).
 The proxy container is a run box's posture with the differences its job needs:
 it is on two networks (the box's internal one, then the engine's bridge, joined
 before start), the engine keeps its stdout (the log of what it relayed, capped),
-and it runs pybox's proxy instead of the bootstrap. Everything else is a run
-box's: read-only root, every capability dropped, pybox's seccomp profile, no
-host path, a uid of its own, memory, CPU and process caps.
+and it runs pybox's proxy instead of the bootstrap; it has no /dev/shm (IPC
+mode none) and no tmpfs, so nothing in it is writable. Everything else is a
+run box's: read-only root, every capability dropped, pybox's seccomp profile,
+no host path, a uid of its own, memory, CPU and process caps, open-file,
+process and core ulimits. Egress `packages` is Docker's only (docs/engines.md,
+"Egress on Podman"), so this table has no Podman view.
 """
 
 from __future__ import annotations
@@ -30,7 +33,16 @@ PROXY_HOSTNAME = "pybox-egress"
 PROXY_MEMORY_BYTES = 64 * 1024 * 1024
 PROXY_PIDS = 64
 PROXY_NANO_CPUS = 500_000_000
+# Its stdout holds only its answers to pybox's asks (a tally each): no client writes it.
 PROXY_LOG = {"Type": "json-file", "Config": {"max-size": "16m", "max-file": "1"}}
+# A box's ulimits (pybox._core.runtime_limits): 16 connections take 33 descriptors
+# and 18 threads; nproc holds the proxy's uid (its own) to its processes cap too.
+PROXY_OPEN_FILES = 256
+PROXY_ULIMITS = [
+    {"Name": "nofile", "Soft": PROXY_OPEN_FILES, "Hard": PROXY_OPEN_FILES},
+    {"Name": "core", "Soft": 0, "Hard": 0},
+    {"Name": "nproc", "Soft": PROXY_PIDS, "Hard": PROXY_PIDS},
+]
 # The host gets no address on a `packages` network: the box reaches no host
 # service, only the proxy's address (docs/containment.md, measured there).
 INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
@@ -114,6 +126,16 @@ class ProxySpec:
 
 
 def proxy_requirements(spec: ProxySpec) -> tuple[Requirement, ...]:
+    sealed = tuple(
+        # No /dev/shm at all (IPC "none": a private namespace, nothing mounted):
+        # the proxy uses threads only, and nothing in it is writable.
+        host_field("IpcMode", "none", "a private IPC namespace and no /dev/shm")
+        if requirement.name == "HostConfig.IpcMode"
+        else requirement
+        for requirement in sealed_host_requirements(
+            spec.confinement, spec.runtime, "the expected runtime"
+        )
+    )
     return (
         Requirement(("Image",), spec.image_id, "the box's own image", create_path=("Image",)),
         config_field("User", spec.user, "a uid of its own, no capability"),
@@ -136,11 +158,12 @@ def proxy_requirements(spec: ProxySpec) -> tuple[Requirement, ...]:
         host_absent("Links", "no links"),
         host_field("ReadonlyRootfs", True, "read-only root filesystem"),
         host_absent("Tmpfs", "nothing writable"),
-        *sealed_host_requirements(spec.confinement, spec.runtime, "the expected runtime"),
+        *sealed,
         host_field("Memory", PROXY_MEMORY_BYTES, "memory cap"),
         host_field("MemorySwap", PROXY_MEMORY_BYTES, "no swap"),
         host_field("NanoCpus", PROXY_NANO_CPUS, "CPU cap"),
         host_field("PidsLimit", PROXY_PIDS, "processes (threads) cap"),
+        host_field("Ulimits", PROXY_ULIMITS, "open files and processes capped; no core dumps"),
         host_field("LogConfig", PROXY_LOG, "its log of connections, capped"),
         host_field("AutoRemove", False, "pybox removes it and confirms it", Check.EMPTY),
         host_field("RestartPolicy", {"Name": "no"}, "never restarted", Check.INCLUDES),

@@ -17,8 +17,16 @@ the operator allows private addresses), and the connection goes to the checked
 address, so a second lookup cannot change it. With an upstream proxy the
 connection is chained through it (CONNECT again) and the upstream resolves.
 
-Each connection is one JSON line on stdout: `open`, then `close` with the bytes
-each way, or `refused` with the reason. The host reads them back.
+What it did is kept in a tally, apart from any log: per allowed (name, port) the
+connections opened and closed and the bytes each way; per refused name the
+requests refused, up to `refused_names` distinct names (later names are counted
+as dropped, never forgotten silently); refusals in all; connections in flight.
+The allowed rows are bounded by the allowlist, so no flood can push them out.
+Nothing a client does writes to stdout: the proxy prints one `listening` line,
+then one `tally` line each time pybox asks for it (SIGUSR1, sent through the
+engine, taken by a thread of its own with sigwait), so the log the engine caps
+holds only answers and can not be flooded away. pybox reads the newest tally
+after its ask.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import select
+import signal
 import socket
 import sys
 import threading
@@ -40,9 +49,9 @@ LIMITS = {
     "idle_s": 60.0,
     "lifetime_s": 900.0,
     "relay_bytes": 512 * 1024 * 1024,
-    # Events logged in the proxy's life; past it every request is refused unlogged,
-    # so the log the receipts are read from stays whole (and under the engine's cap).
-    "events": 50_000,
+    # Distinct refused names the tally keeps (with a count each); refusals to
+    # names past it are counted as dropped. Bounds the tally's memory and line.
+    "refused_names": 256,
 }
 REASONS = {
     400: "Bad Request",
@@ -123,18 +132,73 @@ class Proxy:
         self._lock = threading.Lock()
         self._seq = 0
         self._slots = threading.BoundedSemaphore(int(self.limits["max_connections"]))
-
-    def full(self) -> bool:
-        return self._seq >= int(self.limits["events"])
+        # The tally (guarded by _lock): (name, port) -> [opened, closed, up, down]
+        # for allowed names; name -> refusals for refused ones.
+        self._reached: dict[tuple[str, int], list[int]] = {}
+        self._refused: dict[str, int] = {}
+        self._refused_total = 0
+        self._refused_dropped = 0
+        self._in_flight = 0
+        self._asked = threading.Event()
 
     def log(self, **fields: Any) -> None:
         with self._lock:
-            if self.full():
-                return
             self._seq += 1
             line = {"seq": self._seq, "t": round(time.time(), 3), **fields}
             self._out.write(json.dumps(line) + "\n")
             self._out.flush()
+
+    def count_refused(self, host: str) -> None:
+        with self._lock:
+            self._refused_total += 1
+            if not host:
+                return  # no name to keep (a bad request line, say): counted above
+            if host in self._refused:
+                self._refused[host] += 1
+            elif len(self._refused) < int(self.limits["refused_names"]):
+                self._refused[host] = 1
+            else:
+                self._refused_dropped += 1
+
+    def count_open(self, host: str, port: int) -> None:
+        with self._lock:
+            self._reached.setdefault((host, port), [0, 0, 0, 0])[0] += 1
+
+    def count_close(self, host: str, port: int, up: int, down: int) -> None:
+        with self._lock:
+            row = self._reached.setdefault((host, port), [0, 0, 0, 0])
+            row[1] += 1
+            row[2] += up
+            row[3] += down
+
+    def tally(self) -> dict[str, Any]:
+        """Everything counted since the proxy started (pybox subtracts its last ask)."""
+        with self._lock:
+            return {
+                "reached": [[h, p, *row] for (h, p), row in self._reached.items()],
+                "refused": [[name, count] for name, count in self._refused.items()],
+                "refused_total": self._refused_total,
+                "refused_dropped": self._refused_dropped,
+                "refused_names_max": int(self.limits["refused_names"]),
+                "in_flight": self._in_flight,
+            }
+
+    def report(self) -> None:
+        self.log(event="tally", **self.tally())
+
+    def ask(self, *_: Any) -> None:
+        """An ask for the tally: the reporter thread writes it."""
+        self._asked.set()
+
+    def reporter(self, wait: Any = None) -> None:
+        """Writes the tally at each ask: `wait()` returns at one (default: `ask()`)."""
+        while True:
+            if wait is not None:
+                wait()
+            else:
+                self._asked.wait()
+                self._asked.clear()
+            self.report()
 
     def serve(self, listener: socket.socket) -> None:
         while True:
@@ -146,15 +210,13 @@ class Proxy:
             if self.clients is not None and ipaddress.ip_address(peer[0]) not in self.clients:
                 conn.close()
                 continue
-            if self.full():
-                self._answer(conn, 503, "the proxy's log is full: no more connections")
-                conn.close()
-                continue
             if not self._slots.acquire(blocking=False):
                 self._answer(conn, 503, "too many connections at once")
                 conn.close()
-                self.log(event="refused", host="", port=0, reason="too many connections")
+                self.count_refused("")
                 continue
+            with self._lock:
+                self._in_flight += 1
             threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
 
     def _serve_one(self, conn: socket.socket) -> None:
@@ -162,6 +224,8 @@ class Proxy:
             self.handle(conn)
         finally:
             conn.close()
+            with self._lock:
+                self._in_flight -= 1
             self._slots.release()
 
     def handle(self, conn: socket.socket) -> None:
@@ -174,9 +238,9 @@ class Proxy:
             upstream = self._open(host, port)
         except Refused as exc:
             self._answer(conn, exc.status, exc.reason)
-            self.log(event="refused", host=host[:MAX_NAME], port=port, reason=exc.reason)
+            self.count_refused(host[:MAX_NAME])
             return
-        self.log(event="open", host=host, port=port)
+        self.count_open(host, port)
         up = down = 0
         try:
             conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -188,7 +252,7 @@ class Proxy:
             pass
         finally:
             upstream.close()
-            self.log(event="close", host=host, port=port, up_bytes=up, down_bytes=down)
+            self.count_close(host, port, up, down)
 
     def _read_head(self, conn: socket.socket) -> tuple[bytes, bytes]:
         limit = int(self.limits["header_bytes"])
@@ -297,7 +361,15 @@ def main(argv: list[str]) -> None:
     port = int(config.get("listen_port", 3128))
     listener = socket.create_server(("0.0.0.0", port), backlog=64)  # noqa: S104
     proxy = Proxy(config)
-    proxy.log(event="listening", host="", port=listener.getsockname()[1])
+    # pybox asks with SIGUSR1. It is blocked in every thread (each inherits this
+    # mask) and taken by the reporter with sigwait: a handler would run only in
+    # the main thread, which may sit in accept() until the next client. A handler
+    # is still set: PID 1 drops a signal whose action is the default.
+    signal.signal(signal.SIGUSR1, proxy.ask)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    wait = lambda: signal.sigwait({signal.SIGUSR1})  # noqa: E731
+    threading.Thread(target=proxy.reporter, args=(wait,), daemon=True).start()
+    proxy.log(event="listening", port=listener.getsockname()[1])
     proxy.serve(listener)
 
 

@@ -1,15 +1,16 @@
 """A sandbox's egress: its network and proxy made before its box, recorded with
 it (`limits["egress"]`), the CA bundle handed to each program, the hosts each
-program reached put in its receipt, and all of it removed after the box."""
+program reached (the proxy's counts after it, less those before it) put in its
+receipt, and all of it removed after the box."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pybox._boxes.egress import CA_MAX_BYTES, EgressNetwork, EgressRequest, plan_of
 from pybox._boxes.record import RunOutcome
-from pybox._core.egress import CA_BUNDLE_NAME, NONE, EgressPlan
+from pybox._core.egress import CA_BUNDLE_NAME, NONE, EgressPlan, ProxyTally
 from pybox._core.errors import InvalidRequest
 from pybox._core.images import ImageRecord
 from pybox._core.receipt import Unknown
@@ -67,15 +68,34 @@ def with_ca_bundle(row: SandboxRow, request: RunRequest) -> RunRequest:
     )
 
 
-def with_hosts_reached(
-    session: Session, row: SandboxRow, since_epoch: float, outcome: RunOutcome
-) -> RunOutcome:
+@dataclass(frozen=True)
+class HostsBefore:
+    """The proxy's counts as a sandbox's run starts: its receipt is the difference."""
+
+    tally: ProxyTally | None = None
+    unknown: tuple[Unknown, ...] = ()
+
+
+def hosts_before(session: Session, row: SandboxRow) -> HostsBefore | None:
+    """Asked of the proxy before each program of a `packages` sandbox (None: no egress)."""
     record = egress_record(row)
     if record is None:
-        return outcome
+        return None
     net = EgressNetwork.from_record(session.box_context(), row.sandbox_id, record)
     unknown: list[Unknown] = []
-    seen = net.observed_or_unknown(since_epoch, unknown)
+    tally = net.tally_or_unknown(unknown)
+    return HostsBefore(tally, tuple(unknown))
+
+
+def with_hosts_reached(
+    session: Session, row: SandboxRow, before: HostsBefore | None, outcome: RunOutcome
+) -> RunOutcome:
+    record = egress_record(row)
+    if record is None or before is None:
+        return outcome
+    net = EgressNetwork.from_record(session.box_context(), row.sandbox_id, record)
+    unknown: list[Unknown] = list(before.unknown)
+    seen = net.observed_or_unknown(before.tally, unknown)
     receipt = outcome.receipt
     receipt = replace(
         receipt,

@@ -27,7 +27,12 @@ from pybox._core.posture import WORK_DIR
 from pybox._core.receipt import LibraryFact
 from pybox._core.request import PROGRAM_FILES, RunRequest, check_request
 from pybox._core.runtimes import RuntimeChoice
-from pybox._features.sandboxes.egress import plan_for, with_ca_bundle, with_hosts_reached
+from pybox._features.sandboxes.egress import (
+    hosts_before,
+    plan_for,
+    with_ca_bundle,
+    with_hosts_reached,
+)
 from pybox._features.sandboxes.records import BOX_WIDE, PACKAGES_FOLDER, RUN_PROGRAM
 from pybox._features.store import SandboxRow
 
@@ -85,7 +90,7 @@ def run_program(
     )
     store.transition(row.sandbox_id, "busy", f"{kind} {run_id}")
     outcome: RunOutcome | None = None
-    since = time.time()
+    before = hosts_before(session, row)  # the proxy's counts: this run's are the change
     try:
         outcome = box.run_program(
             request,
@@ -95,7 +100,7 @@ def run_program(
             on_event=on_event,
             limits=limits,
         )
-        outcome = with_hosts_reached(session, row, since, outcome)
+        outcome = with_hosts_reached(session, row, before, outcome)
         if installed:
             receipt = outcome.receipt
             configured = replace(receipt.configured, libraries=installed)

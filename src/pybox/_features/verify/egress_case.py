@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import threading
 from typing import TYPE_CHECKING
 
 from pybox._adapters.host_facts import bridge_gateway
-from pybox._core.egress import LABEL_EGRESS_FOR, PACKAGES
+from pybox._core.egress import LABEL_EGRESS_FOR, PACKAGES, REFUSED_NAMES_DROPPED
+from pybox._core.egress_posture import PROXY_ULIMITS
 from pybox._core.errors import EgressRefused, EngineCannotApply, PyboxError
 from pybox._core.limits import LimitRequest
 from pybox._core.request import RunRequest
@@ -31,10 +33,15 @@ from pybox._features.verify.verdict import (
 
 if TYPE_CHECKING:
     from pybox._boxes.record import RunOutcome
+    from pybox._core.receipt import Receipt
     from pybox._features.verify.harness import Suite
     from pybox._orchestration.session import Session
 
 REFUSED = ("HTTP/1.1 403 Forbidden", "HTTP/1.1 400 Bad Request")
+ASKED = 4  # requests the program sends the proxy before its flood
+FIRST_ASKED = "pybox-verify.invalid"
+# Distinct names past which the proxy must have dropped some (it keeps 256).
+FLOOD_PAST_BOUND = 300
 PROBE = "pybox-verify-allowed.invalid"  # not the name the case asks for
 
 
@@ -73,7 +80,7 @@ def _run_case(suite: Suite, verdict: Verdict) -> None:
             code=case_source("egress_packages"),
             code_name="egress_packages.py",
             inputs=_verify_json(target),
-            limits=LimitRequest(timeout_s=30),
+            limits=LimitRequest(timeout_s=120),  # its flood ends after 45 s at most
             egress=PACKAGES,
         )
         choice = session.runtime_choice()
@@ -81,11 +88,15 @@ def _run_case(suite: Suite, verdict: Verdict) -> None:
             _judge_refused_without_network(session, request, verdict)
             return
         prepared = session.prepare(request)
+        watch = ProxyWatch(suite.engine, prepared.run_id)
         try:
             outcome = session.run(prepared)
         except EngineCannotApply as exc:
             _judge_refused_by_engine(suite, prepared.run_id, exc, verdict)
             return
+        finally:
+            watch.stop()
+        judge_proxy_posture(watch.inspected, verdict)
         verdict.run_ids.append(outcome.receipt.run_id)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
             connections = _drain_listener(tcp, udp)[0]
@@ -94,6 +105,73 @@ def _run_case(suite: Suite, verdict: Verdict) -> None:
     if verdict.check(not left, f"{len(left)} egress networks or proxies left behind"):
         verdict.saw("engine", "its egress network and proxy were removed: none is listed")
     suite.gone(verdict, outcome.receipt)
+
+
+class ProxyWatch:
+    """The run's egress proxy as the engine shows it while the box runs: read by the
+    case itself, apart from pybox's read-back before the proxy started."""
+
+    def __init__(self, engine: Engine, run_id: str) -> None:
+        self.engine, self.run_id = engine, run_id
+        self.inspected: JSONObject | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        if isinstance(engine, NetworkEngine):
+            self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for found in self.engine.list_containers({LABEL_EGRESS_FOR: self.run_id}):
+                    inspected = self.engine.inspect_container(str(found.get("Id")))
+                    if inspected and (inspected.get("State") or {}).get("Running"):
+                        self.inspected = inspected
+                        return
+            except PyboxError:
+                pass  # the next look
+            self._stop.wait(0.2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+
+def judge_proxy_posture(inspected: JSONObject | None, verdict: Verdict) -> None:
+    """The proxy holds a box's standard: its ulimits, no /dev/shm (IPC none), no
+    tmpfs, a read-only root and no mount: nothing in it is writable."""
+    if not verdict.check(inspected is not None, "the egress proxy was never seen running"):
+        return
+    assert inspected is not None
+    host = inspected.get("HostConfig") or {}
+    ulimits = {
+        str(u.get("Name")): (u.get("Soft"), u.get("Hard"))
+        for u in host.get("Ulimits") or []
+        if isinstance(u, dict)
+    }
+    expected = {str(u["Name"]): (u["Soft"], u["Hard"]) for u in PROXY_ULIMITS}
+    verdict.check(ulimits == expected, f"the egress proxy's ulimits are {ulimits}, not {expected}")
+    verdict.check(
+        host.get("IpcMode") == "none",
+        f"the egress proxy's IPC mode is {host.get('IpcMode')!r}: it has a /dev/shm",
+    )
+    writable = {
+        "Tmpfs": host.get("Tmpfs"),
+        "ReadonlyRootfs": host.get("ReadonlyRootfs"),
+        "Mounts": inspected.get("Mounts"),
+    }
+    verdict.check(
+        not writable["Tmpfs"] and writable["ReadonlyRootfs"] is True and not writable["Mounts"],
+        f"something in the egress proxy is writable: {writable}",
+    )
+    verdict.saw(
+        "engine",
+        "the egress proxy while the box ran: ulimits "
+        + ", ".join(f"{name} {soft}" for name, (soft, _) in sorted(ulimits.items()))
+        + f"; IPC mode {host.get('IpcMode')!r} ('none': no /dev/shm); read-only root "
+        f"{writable['ReadonlyRootfs']}, tmpfs {writable['Tmpfs'] or 'none'}, "
+        f"mounts {writable['Mounts'] or 'none'}",
+    )
 
 
 def _egress_of(engine: Engine, run_id: str) -> list[JSONObject] | None:
@@ -133,6 +211,46 @@ def _judge_refused_without_network(session: Session, request: RunRequest, verdic
     verdict.check(False, "packages mode was accepted in a gVisor lane without a network stack")
 
 
+def judge_flood(receipt: Receipt, flood: object, verdict: Verdict) -> None:
+    """After its 4 asks the box floods the proxy with refused requests to distinct
+    long names (once one log line each, more than the proxy's 16 MiB log held): the
+    receipt must count every refusal the box had answered, still name the first
+    name it asked, and say under `unknown` that names past the proxy's bound were
+    not kept. Never fewer, never silence."""
+    seen = receipt.observed_by_pybox.egress
+    flood = flood if isinstance(flood, dict) else {}
+    answered = flood.get("answered")
+    answered = answered if isinstance(answered, int) and answered >= 0 else 0
+    expected = ASKED + answered
+    verdict.check(
+        seen.refused >= expected,
+        f"the receipt counts {seen.refused} refusals; the box had {expected} answered",
+    )
+    named = FIRST_ASKED in seen.refused_names
+    verdict.check(
+        named,
+        f"the first name the box asked, {FIRST_ASKED}, is not among the receipt's refused "
+        f"names: {[name[:24] + '...' for name in seen.refused_names[:3]]}",
+    )
+    dropped = [u for u in receipt.unknown if u.fact == REFUSED_NAMES_DROPPED]
+    if answered > FLOOD_PAST_BOUND:
+        verdict.check(
+            bool(dropped),
+            f"{answered} distinct names were refused and the receipt says nothing was dropped",
+        )
+    verdict.saw(
+        "pybox",
+        f"the proxy's tally: {len(seen.hosts)} hosts reached; {seen.refused} requests "
+        f"refused, {FIRST_ASKED} {'named' if named else 'NOT named'}; "
+        + (dropped[0].reason if dropped else "no name dropped"),
+    )
+    verdict.saw(
+        "program",
+        f"flooded the proxy with {flood.get('sent')} refused requests to distinct names in "
+        f"{flood.get('seconds')} s; {answered} answered",
+    )
+
+
 def judge_egress_packages(
     outcome: RunOutcome, verdict: Verdict, gateway: str | None, connections: int
 ) -> None:
@@ -142,8 +260,7 @@ def judge_egress_packages(
     seen = receipt.observed_by_pybox.egress
     verdict.check(receipt.configured.network == PACKAGES, "the box was not in packages mode")
     verdict.check(seen.hosts == (), f"the proxy relayed connections: {seen.hosts}")
-    verdict.check(seen.refused == 4, f"the proxy logged {seen.refused} refusals, not 4")
-    verdict.saw("pybox", f"the proxy's log: no host reached; {seen.refused} requests refused")
+    judge_flood(receipt, (report or {}).get("flood"), verdict)
     if not report:
         return
     asked = report.get("through_proxy") or {}

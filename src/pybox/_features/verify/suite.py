@@ -93,10 +93,13 @@ CASES: tuple[Case, ...] = (
     Case(
         "egress_packages",
         "in packages mode: ask pybox's proxy for a name off the list, an IP literal, port 22 "
-        "and a plain request; connect around it to a listener on this machine's bridge and "
-        "the box's own gateway; resolve a name",
-        "every request refused by the proxy and logged, none relayed; no direct connection; "
-        "no answer; the listener receives nothing; the network and proxy removed",
+        "and a plain request, then flood it with refused requests to hide them; connect "
+        "around it to a listener on this machine's bridge and the box's own gateway; "
+        "resolve a name",
+        "every request refused by the proxy and counted, the first name still named and "
+        "dropped names said, none relayed; the running proxy has a box's ulimits and no "
+        "/dev/shm; no direct connection; no answer; the listener receives nothing; the "
+        "network and proxy removed",
         run_egress_packages,
     ),
     Case(
