@@ -121,12 +121,13 @@ class Served:
         flag_forward: tuple[str, ...] = (),
         allow_credential_env: bool = False,
     ) -> None:
+        listed = {"forward_env": config_forward} if config_forward else {}
         self.session = make_session(
             engine,
             state,
             Policy(allow_credential_env=allow_credential_env),
             environ=dict(SERVER_ENV),
-            forward_env=config_forward,
+            **listed,
         )
         (tmp_path / "roots" / "shop").mkdir(parents=True)
         (tmp_path / "roots" / "shop" / "app.py").write_text("print('hi')\n")
@@ -143,7 +144,7 @@ class Served:
 
         monkeypatch.setattr(self.experiments.sandboxes, "create", create)
         monkeypatch.setattr(self.experiments, "_unpack", lambda sandbox_id, tar_path: None)
-        self.options = ServerOptions(forward_env=flag_forward)
+        self.options = ServerOptions(**({"forward_env": flag_forward} if flag_forward else {}))
 
     def peer(self) -> Peer:
         p = Peer(self.session, self.options, TOOLS)
