@@ -144,7 +144,8 @@ class Served:
 
         monkeypatch.setattr(self.experiments.sandboxes, "create", create)
         monkeypatch.setattr(self.experiments, "_unpack", lambda sandbox_id, tar_path: None)
-        self.options = ServerOptions(**({"forward_env": flag_forward} if flag_forward else {}))
+        # Only when asked, so that this harness runs on the code before the fix too.
+        self.options = ServerOptions(forward_env=flag_forward) if flag_forward else ServerOptions()
 
     def peer(self) -> Peer:
         p = Peer(self.session, self.options, TOOLS)
