@@ -116,6 +116,7 @@ def test_the_issue_lists_these_cases() -> None:
         "privilege",
         "seccomp",
         "secrets",
+        "mcp_env",  # issue 29: an MCP agent names the server's own environment
         "leftovers",
         "sandbox",  # issue 14: a persistent sandbox keeps only its workspace
         "posture",
