@@ -191,6 +191,8 @@ def test_the_operator_lists_the_names_agents_may_forward(
     tools = {tool["name"]: tool for tool in p.request("tools/list")["result"]["tools"]}
     described = tools["create_experiment"]["inputSchema"]["properties"]["env"]["description"]
     assert "here: CI, REDIS_HOST" in described
+    checked = p.call("check_sandbox_runtime", {})["result"]["structuredContent"]
+    assert checked["forward_env"] == ["CI", "REDIS_HOST"]
     result = p.call(
         "create_experiment",
         {"project": served.project, "env": ["REDIS_HOST", "CI", "MYSQL_HOST=db.internal"]},
