@@ -22,6 +22,7 @@ import pytest
 
 from pybox._core.errors import InvalidRequest, PyboxError, SandboxBusy
 from pybox._core.experiment_settings import ExperimentSettings
+from pybox._core.host_env import HostEnvPolicy
 from pybox._core.limits import MIB, LimitRequest
 from pybox._engine import Engine
 from pybox._features.experiments.service import Experiments
@@ -243,8 +244,12 @@ def test_environment_crosses_only_by_name_and_values_are_never_stored(
     try:
         with pytest.raises(PyboxError, match="API_TOKEN"):
             experiments.create(str(project), env=["API_TOKEN=abc"], limits=LIMITS)
+        # As the CLI and the API do: their caller's environment is the user's own.
         record = experiments.create(
-            str(project), env=["SHOP_FORWARDED", "NODE_ENV=test"], limits=LIMITS
+            str(project),
+            env=["SHOP_FORWARDED", "NODE_ENV=test"],
+            limits=LIMITS,
+            host_env=HostEnvPolicy.callers_own(),
         )
     finally:
         os.environ.pop("SHOP_FORWARDED", None)

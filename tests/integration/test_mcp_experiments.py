@@ -178,3 +178,74 @@ def test_an_agent_sees_what_was_skipped_and_kept_and_a_restart_prunes_past_the_a
     assert not folder.exists()
     assert "older than 30 days" in report["kept"]["removed_because"]
     assert all("removed_at" in artifact for artifact in report["artifacts"])
+
+
+MCP = ("-m", "pybox", "mcp", "--tools", "experiments")
+
+
+def test_an_agent_cannot_read_the_servers_environment_over_stdio(
+    state_dir: Path, engine: Engine, engine_name: str, tmp_path: Path
+) -> None:
+    """Issue 29, finding 1: a name alone copied the server's value into the box. Now
+    only a name the operator listed (`--forward-env`) is forwarded; the agent's own
+    NAME=value still is; the server's other values never reach the box."""
+    roots = tmp_path / "projects"
+    project = roots / "tiny"
+    project.mkdir(parents=True)
+    (project / "app.py").write_text("print('hi')\n")
+    secrets = {
+        "MYSQL_PWD": "server-pw-6c1e",
+        "REDIS_HOST": "server-redis-3b9d",
+        "PIP_INDEX_URL": "https://__token__:server-token-0d2f@index.invalid/simple",
+    }
+    env = {**server_env(state_dir, engine_name), **secrets, "SHOP_LISTED": "listed-51aa"}
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=[*MCP, "--project-root", str(roots), "--forward-env", "SHOP_LISTED"],
+        env=env,
+    )
+
+    async def main() -> tuple[list[str], str]:
+        refusals = []
+        async with Client(server) as client:
+            for name in secrets:
+                refused = await client.call_tool(
+                    "create_experiment", {"project": str(project), "env": [name]}
+                )
+                assert refused.is_error is True, refused
+                refusals.append(refused.content[0].text)  # type: ignore[union-attr]
+            created = await client.call_tool(
+                "create_experiment",
+                {
+                    "project": str(project),
+                    "env": ["SHOP_LISTED", "REDIS_HOST=agent-redis"],
+                    "limits": {"timeout_s": 60},
+                },
+            )
+            assert created.is_error is False, created
+            assert created.structured_content is not None
+            experiment_id = created.structured_content["experiment_id"]
+            shown = await client.call_tool(
+                "execute_experiment",
+                {
+                    "experiment_id": experiment_id,
+                    "argv": [
+                        "python3",
+                        "-c",
+                        "import json, os; print(json.dumps(dict(os.environ)))",
+                    ],
+                },
+            )
+            assert shown.structured_content is not None, shown
+            await client.call_tool("destroy_experiment", {"experiment_id": experiment_id})
+            return refusals, str(shown.structured_content["stdout"])
+
+    refusals, stdout = anyio.run(main)
+    for name, text in zip(secrets, refusals, strict=True):
+        assert f'forward_env = ["{name}"]' in text and f"--forward-env {name}" in text, text
+    box_environ = json.loads(stdout)
+    assert box_environ["SHOP_LISTED"] == "listed-51aa"  # the operator listed it
+    assert box_environ["REDIS_HOST"] == "agent-redis"  # the agent's own value
+    for value in (*secrets.values(), "server-token-0d2f"):
+        assert value not in stdout
+        assert not any(value in text for text in refusals)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,9 @@ def engine() -> FakeEngine:
     return FakeEngine()
 
 
-def make_session(engine: FakeEngine, state: StateStore, policy: Policy | None = None) -> Session:
+def make_session(
+    engine: FakeEngine, state: StateStore, policy: Policy | None = None, **options: Any
+) -> Session:
     return Session(
         engine,
         state,
@@ -43,6 +46,7 @@ def make_session(engine: FakeEngine, state: StateStore, policy: Policy | None = 
         owner=OWNER,
         sampler_factory=lambda container_id: None,
         is_owner_alive=lambda owner: owner == OWNER,
+        **options,
     )
 
 

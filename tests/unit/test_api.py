@@ -9,7 +9,9 @@ import pytest
 
 import pybox
 from pybox import Client, run_container
+from pybox._adapters.state import StateStore
 from pybox._frontends.api import RunOptions
+from tests.unit.fake_engine import FakeEngine
 
 
 def test_run_options_match_client_run() -> None:
@@ -81,3 +83,20 @@ def test_every_error_pybox_raises_is_public() -> None:
     for name, value in vars(errors).items():
         if inspect.isclass(value) and issubclass(value, errors.PyboxError):
             assert name in pybox.__all__ and getattr(pybox, name) is value, name
+
+
+def test_an_experiment_forwards_the_callers_own_variables_by_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, engine: FakeEngine, state: StateStore
+) -> None:
+    """The API's caller is the user: a name alone takes its value from the caller's
+    environment (issue 29); only the MCP server narrows this to the operator's list."""
+    from pybox._orchestration.session import Session
+    from tests.unit.test_experiment_tools import SERVER_ENV, Served
+
+    served = Served(engine, state, tmp_path, monkeypatch)
+    monkeypatch.setattr(Session, "open", lambda *a, **k: served.session)
+    experiment = pybox.Experiment(served.project, env=["REDIS_HOST", "CI", "MODE=test"])
+    forwarded = served.experiments._env[experiment.experiment_id]
+    assert forwarded == {"REDIS_HOST": SERVER_ENV["REDIS_HOST"], "CI": "true", "MODE": "test"}
+    with pytest.raises(pybox.RequestRejected, match="CI_JOB_JWT looks like a credential"):
+        pybox.Experiment(served.project, env=["CI_JOB_JWT=eyJ"])

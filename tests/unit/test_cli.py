@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from pybox._adapters.state import StateStore
 from pybox._frontends.cli import main
+from tests.unit.fake_engine import FakeEngine
 
 
 @pytest.fixture(autouse=True)
@@ -247,3 +249,28 @@ def test_a_non_empty_output_directory_is_named_before_the_engine(
     err = capsys.readouterr().err
     assert "is not empty" in err and "engine" not in err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_experiment_create_forwards_the_users_own_variables_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    engine: FakeEngine,
+    state: StateStore,
+) -> None:
+    """The CLI's caller is the user: a name alone takes the user's value (issue 29);
+    a credential by the widened rule stays refused."""
+    from pybox._frontends.cli import _experiment
+    from tests.unit.test_experiment_tools import SERVER_ENV, Served
+
+    served = Served(engine, state, tmp_path, monkeypatch)
+    monkeypatch.setattr(_experiment, "open_session", lambda args: served.session)
+    code = main(["experiment", "create", served.project, "--json", "--env", "REDIS_HOST",
+                 "--env", "CI", "--env", "MODE=test"])  # fmt: skip
+    assert code == 0
+    created = json.loads(capsys.readouterr().out)
+    forwarded = served.experiments._env[created["experiment_id"]]
+    assert forwarded == {"REDIS_HOST": SERVER_ENV["REDIS_HOST"], "CI": "true", "MODE": "test"}
+    assert main(["experiment", "create", served.project, "--env", "MYSQL_PWD"]) == 2
+    err = capsys.readouterr().err
+    assert "MYSQL_PWD looks like a credential" in err and "s3rver" not in err

@@ -326,3 +326,26 @@ def test_allow_credential_env_variable_must_be_0_or_1(environ: dict[str, str]) -
     environ["PYBOX_ALLOW_CREDENTIAL_ENV"] = "yes"
     with pytest.raises(ConfigError, match="PYBOX_ALLOW_CREDENTIAL_ENV must be 0 or 1"):
         load_settings(environ)
+
+
+# --- the names an MCP server may forward from its own environment (issue 29) --------
+
+
+def test_forward_env_is_empty_by_default_and_read_from_the_file(environ: dict[str, str]) -> None:
+    assert load_settings(environ).forward_env == ()
+    write(xdg_file(environ), 'forward_env = ["CI", "REDIS_HOST"]\n')
+    assert load_settings(environ).forward_env == ("CI", "REDIS_HOST")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('forward_env = "CI"\n', "forward_env must be a list of environment variable names"),
+        ("forward_env = [1]\n", "forward_env must be a list"),
+        ('forward_env = ["A=B"]\n', "forward_env: 'A=B' is not an environment variable name"),
+    ],
+)
+def test_forward_env_must_list_names(environ: dict[str, str], text: str, message: str) -> None:
+    write(xdg_file(environ), text)
+    with pytest.raises(ConfigError, match=message):
+        load_settings(environ)

@@ -256,3 +256,20 @@ def test_pybox_mcp_takes_config_after_the_command_too() -> None:
     assert parser.parse_args(["config", "--client", "cursor", "--config", "c.toml"]).config == (
         "c.toml"
     )
+
+
+def test_forward_env_is_an_operator_flag_checked_at_start(state: StateStore) -> None:
+    parser = cli.build_parser([register])
+    parsed = parser.parse_args(["mcp", "--forward-env", "CI", "--forward-env", "REDIS_HOST"])
+    assert parsed.forward_env == ["CI", "REDIS_HOST"]
+    done = pybox(state, "mcp", "--forward-env", "NOT=NAME")
+    assert done.returncode == 2 and done.stdout == b""
+    assert "--forward-env: 'NOT=NAME' is not an environment variable name" in done.stderr.decode()
+    helped = pybox(state, "mcp", "--help").stdout.decode()
+    assert "--forward-env NAME" in helped and "forward_env" in helped
+    refused = pybox_config(
+        config_env(state), "--client", "vscode", "--server-arg=--forward-env=1X", cwd=state.root
+    )
+    assert refused.returncode == 2 and b"'1X' is not an environment variable name" in (
+        refused.stderr
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import pytest
@@ -311,6 +312,12 @@ def test_bad_environment_variables_are_refused(env: object, message: str) -> Non
         "SSH_AUTH_SOCK",
         "DATABASE_URL",
         "SENTRY_DSN",
+        "DB_PASS",
+        "CI_JOB_JWT",
+        "MYSQL_PWD",
+        "APP_DSN",
+        "GITLAB_PAT",
+        "ADO_PAT",
     ],
 )
 def test_credential_shaped_names_need_the_operator(name: str) -> None:
@@ -319,9 +326,49 @@ def test_credential_shaped_names_need_the_operator(name: str) -> None:
     check_request(request(env=((name, "x"),)), LIMITS, allow_credential_env=True)
 
 
-@pytest.mark.parametrize("name", ["GREETING", "MODE", "LANG", "PYTHONHASHSEED", "N_ROWS"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "GREETING", "MODE", "LANG", "PYTHONHASHSEED", "N_ROWS",
+        "PWD", "OLDPWD", "BYPASS", "PASSTHROUGH", "COMPASS", "PATH_EXTRA", "PATTERN",
+    ],
+)  # fmt: skip
 def test_ordinary_names_pass(name: str) -> None:
     check_request(request(env=((name, "x"),)), LIMITS)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "redis://:hunter2@cache:6379/0",
+        "https://__token__:pypi-AgEIcHlwaS5vcmc@index.example/simple",
+        "postgres://app:hunter2@db/app?sslmode=require",
+        "see https://ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa@git.example/x.git",
+    ],
+)
+def test_a_url_with_a_password_or_token_needs_the_operator_whatever_its_name(value: str) -> None:
+    with pytest.raises(InvalidRequest, match=r"CACHE_URL looks like a credential: its value") as c:
+        check_request(request(env=(("CACHE_URL", value),)), LIMITS)
+    assert value not in str(c.value) and "hunter2" not in str(c.value)
+    check_request(request(env=(("CACHE_URL", value),)), LIMITS, allow_credential_env=True)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["redis://cache:6379/0", "ssh://git@git.example/x.git", "https://a.example/x@y", "a:b@c"],
+)
+def test_urls_without_credentials_pass(value: str) -> None:
+    check_request(request(env=(("CACHE_URL", value),)), LIMITS)
+
+
+def test_the_url_check_is_linear_in_the_value() -> None:
+    from pybox._core.request import value_has_url_credentials
+
+    # A backtracking pattern took minutes on a 128 KiB value of letters.
+    started = time.monotonic()
+    for value in ("x" * 120_000, "a:" * 60_000, "://" * 40_000, "a://" + "b" * 120_000):
+        assert value_has_url_credentials(value) is False
+    assert time.monotonic() - started < 2.0
 
 
 def test_stdin_must_be_bytes_and_counts_as_input() -> None:

@@ -116,6 +116,7 @@ def test_the_issue_lists_these_cases() -> None:
         "privilege",
         "seccomp",
         "secrets",
+        "mcp_env",  # issue 29: an MCP agent names the server's own environment
         "leftovers",
         "sandbox",  # issue 14: a persistent sandbox keeps only its workspace
         "posture",
@@ -758,6 +759,59 @@ def test_secrets() -> None:
     assert any("the host's name 'vm' is visible" in item for item in failures)
     wrong_hostname = {**SECRETS_REPORT, "environ": {**SECRETS_REPORT["environ"], "HOSTNAME": "vm"}}
     assert "variables pybox does not set: ['HOSTNAME']" in _secrets(wrong_hostname)
+
+
+def _tool_result(text: str, *, is_error: bool) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+
+def test_mcp_env_judges_the_refusal_of_a_server_variable() -> None:
+    from pybox._core.host_env import HostEnvPolicy
+    from pybox._features.verify.mcp_env_case import _refused
+
+    refusal = HostEnvPolicy.operator_listed(()).refusal("VERIFY_SERVER_CANARY_AB")
+    verdict = Verdict()
+    assert _refused(_tool_result(refusal, is_error=True), verdict, "VERIFY_SERVER_CANARY_AB", "v4l")
+    assert verdict.failures == [] and "naming forward_env" in verdict.facts[-1].text
+    made = _tool_result("Created experiment exp-0123456789ab", is_error=False)
+    verdict = Verdict()
+    assert not _refused(made, verdict, "VERIFY_SERVER_CANARY_AB", "v4l")
+    assert "was not refused" in verdict.failures[0]
+    leaked = _tool_result(refusal + " v4l", is_error=True)
+    verdict = Verdict()
+    _refused(leaked, verdict, "VERIFY_SERVER_CANARY_AB", "v4l")
+    assert verdict.failures == ["the refusal carried the canary's value"]
+
+
+def test_mcp_env_agent_skips_notifications_and_waits_for_its_reply() -> None:
+    import subprocess
+    import sys
+
+    from pybox._features.verify.mcp_env_case import _Agent
+
+    server = (
+        "import json, sys\n"
+        "for line in sys.stdin:\n"
+        "    asked = json.loads(line)\n"
+        "    out = [{'jsonrpc': '2.0', 'method': 'notifications/message', 'params': {}},\n"
+        "           {'jsonrpc': '2.0', 'id': asked['id'], 'result': {'isError': False}}]\n"
+        "    sys.stdout.write(''.join(json.dumps(o) + '\\n' for o in out)); sys.stdout.flush()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", server], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as process:
+        agent = _Agent(process)
+        assert agent.call("get_experiment", {}) == {"isError": False}
+        assert agent.request("tools/list", {})["id"] == 2
+        process.communicate(timeout=10)
+    with subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.readline()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    ) as silent:
+        with pytest.raises(OSError, match="closed its stdout"):
+            _Agent(silent).call("get_experiment", {})
+        silent.communicate(timeout=10)
 
 
 # -- the suite and its record ---------------------------------------------------------

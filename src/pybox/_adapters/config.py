@@ -16,6 +16,11 @@ The engine: `engine = "auto" | "docker" | "podman"` in the file, or
 `PYBOX_ENGINE` (`pybox --engine` sets it); "auto" means Docker's socket if
 there is one, else Podman's (see pybox._engine.endpoint).
 
+Environment variables: `allow_credential_env = true` (or
+`PYBOX_ALLOW_CREDENTIAL_ENV=1`) lets credential-shaped ones into boxes;
+`forward_env = ["CI", ...]` lists the names an MCP server may copy from its own
+environment when an agent names them alone (`pybox mcp --forward-env` adds more).
+
 Admission control: top-level `max_running_boxes`, `max_waiting_runs` and
 `admission_wait_s`, or `PYBOX_MAX_RUNNING_BOXES`, `PYBOX_MAX_WAITING_RUNS` and
 `PYBOX_ADMISSION_WAIT_S` (see pybox._core.admission for the defaults).
@@ -67,6 +72,7 @@ CONFIG_SECTIONS = (
     "engine",
     "colima",
     "allow_credential_env",
+    "forward_env",
     "egress",
     *ADMISSION_KEYS,
     *RUNTIME_SECTIONS,
@@ -119,6 +125,9 @@ class Settings:
     # The isolation lanes (runc, gvisor): pybox._adapters.runtime_config.
     runtimes: RuntimePolicy = field(default_factory=RuntimePolicy)
     egress: EgressSettings = field(default_factory=EgressSettings)
+    # Names an MCP server may forward by name alone from its own environment
+    # (pybox._core.host_env); the CLI and the API forward the user's own.
+    forward_env: tuple[str, ...] = ()
 
 
 def _colima_settings(data: Any, path: Path) -> ColimaSettings:
@@ -220,6 +229,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
     admission = AdmissionConfig()
     runtimes = RuntimePolicy()
     egress = EgressSettings()
+    forward_env: tuple[str, ...] = ()
     if path is not None and (explicit or path.exists()):
         if not path.is_file():
             raise ConfigError(
@@ -252,6 +262,10 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
             if not isinstance(data["allow_credential_env"], bool):
                 raise ConfigError(f"{path}: allow_credential_env must be true or false.")
             policy = dataclasses.replace(policy, allow_credential_env=data["allow_credential_env"])
+        if "forward_env" in data:
+            from pybox._core.host_env import check_forward_names  # rare: kept off exec's path
+
+            forward_env = check_forward_names(data["forward_env"], str(path))
         if "state_dir" in data and "PYBOX_STATE_DIR" not in environ:
             if not isinstance(data["state_dir"], str):
                 raise ConfigError(f"{path}: state_dir must be a path string.")
@@ -319,4 +333,5 @@ def load_settings(environ: Mapping[str, str], config_path: str | None = None) ->
         engine_source=engine_source,
         runtimes=runtimes,
         egress=egress,
+        forward_env=forward_env,
     )

@@ -34,13 +34,55 @@ PROGRAM_KINDS = (PROGRAM_CALLER, PROGRAM_FILES, PROGRAM_EXEC)
 ISOLATED_FLAGS = ("-I", "-S")
 # Names that usually hold a credential. The program is untrusted: such a
 # variable is refused unless the operator allows it (allow_credential_env).
+# Most words match anywhere in the name; the short ones only as a whole
+# `_`-separated word, so `BYPASS`, `PASSTHROUGH`, `COMPASS` and `PATH` pass.
+# `PWD` counts only beside another word (`MYSQL_PWD`, `PWD_FILE`): the shell's
+# own `PWD` (and `OLDPWD`) is a folder, not a password.
 CREDENTIAL_NAME_RE = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE"
-    r"|CERT|DSN|DATABASE_URL"
+    r"|CERT|DSN|JWT|BEARER|DATABASE_URL|CONNECTION_STRING"
+    r"|(?:^|_)(?:PASS|PAT)(?:_|$)|_PWD(?:_|$)|^PWD_"
     r"|^(AWS|AZURE|GCP|GOOGLE|GITHUB|GH|GITLAB|OPENAI|ANTHROPIC|HF|HUGGINGFACE|SLACK|STRIPE"
     r"|NPM|PYPI|TWINE|DOCKER|KUBE|VAULT|SSH|GPG)_",
     re.IGNORECASE,
 )
+# A URL's user part in a value: `scheme://USERINFO@host`. It is a credential
+# when it holds a password (`user:password@`, `:password@`), or is long enough
+# to be a token in the user's place (`https://<token>@host`); `ssh://git@host`
+# is not. Found with str.find, never a backtracking pattern: values are up to
+# 128 KiB and come from the caller.
+_AUTHORITY_RE = re.compile(r"[^/?#\s]*")
+TOKEN_USER_CHARS = 20
+
+
+def value_has_url_credentials(value: str) -> bool:
+    """Whether `value` holds a URL with a password or a token in its user part."""
+    found = value.find("://")
+    while found != -1:
+        start = found + 3
+        authority = _AUTHORITY_RE.match(value, start)
+        end = authority.end() if authority else start
+        user_info, at, _ = value[start:end].rpartition("@")
+        if at:
+            user, colon, password = user_info.partition(":")
+            if (colon and password) or len(user) >= TOKEN_USER_CHARS:
+                return True
+        found = value.find("://", max(end, start))
+    return False
+
+
+def credential_reason(name: str, value: str) -> str | None:
+    """Why variable `name` with `value` looks like a credential, or None. One rule for
+    every variable pybox hands to a box (a run's `env`, an experiment's `env`). The
+    reason names the variable, never the value."""
+    if CREDENTIAL_NAME_RE.search(name):
+        return f"Environment variable {name} looks like a credential"
+    if value_has_url_credentials(value):
+        return (
+            f"Environment variable {name} looks like a credential: its value holds a URL with "
+            "a password or token in it (scheme://user:password@host)"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -130,7 +172,8 @@ def _check_argv(argv: object) -> None:
 
 def check_env(env: object, *, allow_credentials: bool = False) -> None:
     """Names are plain identifiers, values hold no NUL, both bounded; pybox's own
-    variables cannot be replaced; credential-shaped names need the operator."""
+    variables cannot be replaced; credential-shaped names and values need the operator
+    (`credential_reason`)."""
     if not isinstance(env, tuple | list):
         raise InvalidRequest(f"env must be (name, value) pairs, not {type(env).__name__}.")
     if len(env) > MAX_ENV:
@@ -157,10 +200,11 @@ def check_env(env: object, *, allow_credentials: bool = False) -> None:
             raise InvalidRequest(
                 f"Environment variable {name} is pybox's own (PYBOX_*); choose another name."
             )
-        if not allow_credentials and CREDENTIAL_NAME_RE.search(name):
+        reason = None if allow_credentials else credential_reason(name, value)
+        if reason is not None:
             raise InvalidRequest(
-                f"Environment variable {name} looks like a credential; pybox does not hand "
-                "credentials to untrusted code. Rename it, or have the operator set "
+                f"{reason}; pybox does not hand credentials to untrusted code. Leave it out "
+                "(or rename a variable that holds none), or have the operator set "
                 "allow_credential_env = true (PYBOX_ALLOW_CREDENTIAL_ENV=1)."
             )
         total += len(name) + len(value.encode("utf-8", "surrogateescape")) + 2

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pybox._core.errors import PyboxError, RequestRejected
+from pybox._core.host_env import NOTHING_FROM_HOST, HostEnvPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -55,6 +56,7 @@ class ExperimentOperations:
         env: object = (),
         libraries: Sequence[str] = (),
         egress: str | None = None,
+        host_env: HostEnvPolicy = NOTHING_FROM_HOST,
     ) -> ExperimentRecord:
         """Copy `project` into a new sandbox (see `Experiments._create`)."""
         experiments = self._self()
@@ -68,6 +70,7 @@ class ExperimentOperations:
                 env=env,
                 libraries=libraries,
                 egress=egress,
+                host_env=host_env,
             ),
         )
         return record

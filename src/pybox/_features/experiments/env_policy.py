@@ -1,16 +1,31 @@
 """Which environment variables cross into an experiment's box (pure).
 
-Only named ones: `"CI"` forwards the host's value (refused when the host has
-none), `"NODE_ENV=test"` injects a literal. Refused, with the name and never
-the value:
+Only named ones: `"CI"` forwards the value of the process pybox runs in,
+`"NODE_ENV=test"` injects a literal. Refused, with the name and never the
+value:
 
 - names that are not identifiers (`[A-Za-z_][A-Za-z0-9_]*`, at most 128), or
   given twice;
-- credential-shaped names, unless the operator allows them: the same rule as a
-  run's own variables (`pybox._core.request.CREDENTIAL_NAME_RE`: `*TOKEN*`,
-  `*SECRET*`, `*KEY*`, `*PASSWORD*`, `*PASSWD*`, `*CREDENTIAL*`, `*AUTH*`,
-  `*DSN*`, `DATABASE_URL`, `AWS_*`, `AZURE_*`, `GOOGLE_*`, `GITHUB_*`, ...):
-  one rule everywhere, so a name refused for `run` is refused here too;
+- a name-only forward the front end's `HostEnvPolicy` does not allow
+  (`pybox._core.host_env`): the CLI and the API take any name from the user's
+  own environment; the MCP server only the names its operator listed
+  (`forward_env`, `pybox mcp --forward-env`), whether or not the name is set
+  there, so an agent learns nothing of the server's environment;
+- a name-only forward of a variable that is not set;
+- credentials, unless the operator allows them: the same rule as a run's own
+  variables (`pybox._core.request.credential_reason`), so a variable refused
+  for `run` is refused here too. Names with `TOKEN`, `SECRET`, `PASSWORD`,
+  `PASSWD`, `PASSPHRASE`, `KEY`, `CREDENTIAL`, `AUTH`, `COOKIE`, `SESSION`,
+  `PRIVATE`, `CERT`, `DSN`, `JWT`, `BEARER`, `DATABASE_URL` or
+  `CONNECTION_STRING` anywhere; `PASS` or `PAT` as a whole `_`-separated word
+  (`DB_PASS`, `GH_PAT`; not `BYPASS`, `PASSTHROUGH`, `PATH`); `PWD` as a word
+  beside another (`MYSQL_PWD`; not the shell's own `PWD` or `OLDPWD`, which
+  are folders); the prefixes `AWS_`, `AZURE_`, `GCP_`, `GOOGLE_`, `GITHUB_`,
+  `GH_`, `GITLAB_`, `OPENAI_`, `ANTHROPIC_`, `HF_`, `HUGGINGFACE_`, `SLACK_`,
+  `STRIPE_`, `NPM_`, `PYPI_`, `TWINE_`, `DOCKER_`, `KUBE_`, `VAULT_`, `SSH_`,
+  `GPG_`. And whatever the name, a value holding a URL with a password
+  (`redis://:pw@host`, `https://user:pw@host`) or a token as its user
+  (20 characters or more before the `@`);
 - names pybox sets in every box (`PATH`, `HOME`, `TMPDIR`, `LANG`,
   `PYTHONUNBUFFERED`, `PYTHONDONTWRITEBYTECODE`, the thread counts, `PYBOX_*`:
   `pybox._core.posture.box_environment`), and the prefixes `PYBOX_`, `LD_`,
@@ -29,8 +44,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from pybox._core.errors import EnvRefused
+from pybox._core.host_env import NOTHING_FROM_HOST, HostEnvPolicy
 from pybox._core.posture import box_environment
-from pybox._core.request import CREDENTIAL_NAME_RE, ENV_NAME_RE, MAX_ENV, MAX_ENV_BYTES
+from pybox._core.request import ENV_NAME_RE, MAX_ENV, MAX_ENV_BYTES, credential_reason
 
 RESERVED_NAMES = frozenset(box_environment())
 RESERVED_PREFIXES = ("PYBOX_", "LD_", "DYLD_", "PYTHON")
@@ -47,8 +63,14 @@ class ForwardedEnv:
 
 
 def resolve_env(
-    specs: object, host_env: Mapping[str, str], *, allow_credential_names: bool = False
+    specs: object,
+    host_env: Mapping[str, str],
+    *,
+    from_host: HostEnvPolicy = NOTHING_FROM_HOST,
+    allow_credential_names: bool = False,
 ) -> ForwardedEnv:
+    """The variables `specs` names. A name alone takes its value from `host_env` (the
+    process pybox runs in) only when `from_host` allows that name."""
     if specs is None:
         return ForwardedEnv()
     if not isinstance(specs, list | tuple):
@@ -66,9 +88,15 @@ def resolve_env(
                 f"{type(spec).__name__}."
             )
         name, literal, value = spec.partition("=")
-        _check_name(name, allow_credential_names)
+        _check_name(name)
         if name in values:
             raise EnvRefused(f"Environment variable {name} is named twice; name it once.")
+        # Whose value a name alone takes is the front end's call, asked before
+        # anything about the name's value (set or not) can show in the answer.
+        if not literal and not from_host.allows(name):
+            raise EnvRefused(from_host.refusal(name))
+        if not allow_credential_names:
+            _refuse_credential(credential_reason(name, ""))  # the name, before any lookup
         if not literal:
             if name not in host_env:
                 raise EnvRefused(
@@ -78,6 +106,8 @@ def resolve_env(
             value = host_env[name]
         if "\0" in value:
             raise EnvRefused(f"The value of environment variable {name} holds a NUL character.")
+        if not allow_credential_names:
+            _refuse_credential(credential_reason(name, value))
         total += len(name) + len(value.encode("utf-8", "surrogateescape")) + 2
         if total > MAX_ENV_BYTES:
             raise EnvRefused(
@@ -88,7 +118,7 @@ def resolve_env(
     return ForwardedEnv(MappingProxyType(values), tuple(values))
 
 
-def _check_name(name: str, allow_credential_names: bool) -> None:
+def _check_name(name: str) -> None:
     if not ENV_NAME_RE.fullmatch(name):
         raise EnvRefused(
             f"Environment variable name {name[:80]!r} is not usable: use letters, digits and "
@@ -101,9 +131,12 @@ def _check_name(name: str, allow_credential_names: bool) -> None:
             "programs and libraries the box loads (PATH, HOME, TMPDIR, LANG, LD_*, DYLD_*, "
             "PYTHON*, PYBOX_*); it cannot be forwarded. Choose another name."
         )
-    if not allow_credential_names and CREDENTIAL_NAME_RE.search(name):
+
+
+def _refuse_credential(reason: str | None) -> None:
+    if reason is not None:
         raise EnvRefused(
-            f"Environment variable {name} looks like a credential; pybox does not hand "
-            "credentials to the code in an experiment. Rename it, or have the operator set "
+            f"{reason}; pybox does not hand credentials to the code in an experiment. Leave "
+            "it out (or rename a variable that holds none), or have the operator set "
             "allow_credential_env = true (PYBOX_ALLOW_CREDENTIAL_ENV=1)."
         )

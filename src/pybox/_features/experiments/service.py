@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pybox._core.errors import InvalidRequest, PyboxError, RequestRejected, SandboxNotFound
 from pybox._core.experiment_settings import ExperimentSettings
+from pybox._core.host_env import NOTHING_FROM_HOST, HostEnvPolicy
 from pybox._core.limits import LimitRequest
 from pybox._core.request import RunRequest
 from pybox._features.experiments.contract import ExperimentOperations
@@ -103,15 +104,19 @@ class Experiments(ExperimentOperations):
         env: object = (),
         libraries: Sequence[str] = (),
         egress: str | None = None,
+        host_env: HostEnvPolicy = NOTHING_FROM_HOST,
     ) -> ExperimentRecord:
         """Copy `project` into a new sandbox. Everything is checked before anything is
-        made; a failure after the box exists destroys it and records why."""
+        made; a failure after the box exists destroys it and records why. `host_env`:
+        the names `env` may take from this process's environment (the front end's
+        call: the user's own for the CLI and API, the operator's list for MCP)."""
         policy = self.policy()
         mode = self.session.egress_request(egress).mode  # more than allowed: refused
         root = check_project_path(project, policy, Path.home())
         forwarded = resolve_env(
             list(env) if isinstance(env, tuple) else env,
             self.session.environ,
+            from_host=host_env,
             allow_credential_names=self.session.policy.allow_credential_env,
         )
         prepared = self.session.prepare(

@@ -110,13 +110,22 @@ class Suite:
             say=say,
         )
 
-    @contextlib.contextmanager
     def controller(
         self, extra_env: Mapping[str, str], *args: str
-    ) -> Iterator[subprocess.Popen[bytes]]:
+    ) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
         """`pybox exec` in a process of its own, on this session's engine and state.
 
         The process is killed (if it still runs) and reaped on the way out.
+        """
+        return self.pybox_process(extra_env, "exec", *args)
+
+    @contextlib.contextmanager
+    def pybox_process(
+        self, extra_env: Mapping[str, str], command: str, *args: str
+    ) -> Iterator[subprocess.Popen[bytes]]:
+        """`pybox COMMAND` (exec, mcp) in a process of its own, on this session's engine,
+        state and lane, its environment this one's plus `extra_env`. Its boxes are
+        swept with the suite's; it is killed (if it still runs) and reaped on the way out.
         """
         env = dict(os.environ)
         env.update(extra_env)
@@ -126,7 +135,7 @@ class Suite:
         env["PYBOX_RUNTIME"] = self.session.runtime_choice().lane
         config = ["--config", self.config_path] if self.config_path else []
         process = subprocess.Popen(
-            [sys.executable, "-m", "pybox", *config, "exec", *args],
+            [sys.executable, "-m", "pybox", *config, command, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

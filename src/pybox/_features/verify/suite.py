@@ -50,6 +50,7 @@ from pybox._features.verify.limit_judges import (
     judge_memory_bomb,
     judge_timeout_evasion,
 )
+from pybox._features.verify.mcp_env_case import run_mcp_env
 from pybox._features.verify.posture_case import WEAKENINGS
 from pybox._features.verify.sandbox_case import run_sandbox
 from pybox._features.verify.verdict import CaseResult, SuiteResult, Verdict
@@ -180,6 +181,14 @@ CASES: tuple[Case, ...] = (
         "whose environment holds a canary",
         "the canary is in no byte sent; only pybox's variables; hostname pybox",
         run_secrets,
+    ),
+    Case(
+        "mcp_env",
+        "as an MCP agent, name a canary of the `pybox mcp` server's own environment in "
+        "create_experiment's env; then dump every process's environment in an experiment",
+        "refused, naming forward_env and --forward-env; the canary is in no byte the box "
+        "sent; the experiment's box gone after destroy",
+        run_mcp_env,
     ),
     Case(
         "leftovers",

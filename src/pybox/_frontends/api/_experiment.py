@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
+from pybox._core.host_env import HostEnvPolicy
 from pybox._core.limit_surfaces import limit_request_from_keywords
 from pybox._frontends.api._options import LimitOptions, _limit_keywords
 from pybox._orchestration.session import Session
@@ -98,6 +99,7 @@ class Experiment:
                 env=list(env),
                 libraries=tuple(libraries),
                 egress=egress,
+                host_env=HostEnvPolicy.callers_own(),  # the caller's own environment
             )
         except BaseException:
             session.close()

@@ -62,6 +62,7 @@ def _box_text(text: str) -> str:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    from pybox._core.host_env import HostEnvPolicy
     from pybox._features.experiments.lifecycle import experiment_dict
 
     experiments = _experiments(args)
@@ -72,6 +73,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         env=list(args.env or ()),
         libraries=tuple(args.library or ()),
         egress=args.egress,
+        host_env=HostEnvPolicy.callers_own(),  # the user's own environment
     )
     described = experiment_dict(experiments, record)
     copy = described["copy"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pybox._core.errors import ConfigError, PyboxError
+from pybox._core.host_env import check_forward_names
 from pybox._core.images import check_image_name
 from pybox._core.limits import KIB, MIB, parse_user_value
 from pybox._frontends.mcp._client_config import (
@@ -113,6 +114,14 @@ def _groups(text: str | None) -> tuple[str, ...] | None:
     return None if text is None else tool_groups(text, TOOL_GROUPS)
 
 
+def _forward_env(names: Sequence[str] | None) -> tuple[str, ...]:
+    """`--forward-env NAME` (repeatable): each an environment variable name."""
+    try:
+        return check_forward_names(list(names or ()), "--forward-env")
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("forward_env: ", "", 1)) from None
+
+
 def _positive(flag: str, value: int) -> int:
     if value < 1:
         raise ConfigError(f"{flag} must be at least 1, not {value}.")
@@ -130,6 +139,7 @@ def build_dispatcher(
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     groups = _groups(args.tools)  # before anything is opened: a typo starts nothing
+    forward_env = _forward_env(args.forward_env)
     env = operator_environ(args, os.environ)
     # A server is long-lived: it keeps a warm pool of single-use boxes.
     session = Session.open(env, args.config, warm_pool=True, log=log)
@@ -139,6 +149,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         max_running=_positive("--max-running", args.max_running),
         max_message_bytes=_positive("--max-message", args.max_message) * MIB,
         tool_groups=groups,
+        forward_env=forward_env,
     )
     check_images(options.images, session.recorded_images(), str(session.state_dir))
     _experiment_roots(session, args.project_root or ())
@@ -288,6 +299,7 @@ def _checked_server_args(server_args: Sequence[str]) -> argparse.Namespace:
     operator_environ(parsed, {})  # every ceiling and default flag is a valid number
     _images(parsed.images)
     _groups(parsed.tools)
+    _forward_env(parsed.forward_env)
     _positive("--reply-output", parsed.reply_output)
     _positive("--max-running", parsed.max_running)
     _positive("--max-message", parsed.max_message)
@@ -349,6 +361,15 @@ def register(commands: Any) -> None:
         metavar="DIR",
         help="a folder whose projects experiments may copy (repeatable; added to the "
         "config's [experiments] project_roots)",
+    )
+    mcp.add_argument(
+        "--forward-env",
+        action="append",
+        metavar="NAME",
+        help="an environment variable of this server that agents may forward into an "
+        "experiment by NAME alone (repeatable; added to the config's forward_env). Without "
+        "it an agent gives NAME=VALUE: the server's own environment never reaches a box "
+        "unless listed here",
     )
     for flag, (_, help_text) in {**CEILING_FLAGS, **DEFAULT_FLAGS}.items():
         mcp.add_argument(flag, metavar="N", help=help_text)

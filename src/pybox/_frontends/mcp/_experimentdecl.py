@@ -41,6 +41,11 @@ READ_ONLY = Hints(read_only=True, destructive=False, idempotent=True)
 CHANGES = Hints(read_only=False, destructive=False, idempotent=False)
 
 
+def _forwardable(toolbox: Toolbox) -> str:
+    names = sorted(toolbox.host_env.names or ())
+    return "here: " + ", ".join(names) if names else "here: none"
+
+
 def _create_schema(toolbox: Toolbox) -> JSONObject:
     from pybox._core.limit_surfaces import limits_json_schema
 
@@ -64,8 +69,10 @@ def _create_schema(toolbox: Toolbox) -> JSONObject:
                 "type": "array",
                 "maxItems": 64,
                 "items": {"type": "string"},
-                "description": 'Environment variables for its commands: "NAME" forwards the '
-                'host\'s value, "NAME=value" sets one. Credential-shaped names are refused.',
+                "description": 'Environment variables for its commands: "NAME=value" sets '
+                'one; "NAME" alone copies the server\'s value, only for the names the '
+                f"operator listed ({_forwardable(toolbox)}). Credentials (credential-shaped "
+                "names, URLs with a password) are refused.",
             },
             "libraries": LIBRARIES,
             "egress": egress_schema(toolbox),
@@ -110,6 +117,7 @@ RUNTIME_SCHEMA = output_schema(
     environments={"type": "array", "items": {"type": "string"}},
     network={"type": "string"},
     project_roots={"type": "array", "items": {"type": "string"}},
+    forward_env={"type": "array", "items": {"type": "string"}},
 )
 JOB_SCHEMA = output_schema(
     ["job_id", "experiment_id", "kind", "state", "argv"],
@@ -307,7 +315,8 @@ EXPERIMENT_TOOLS: tuple[Tool, ...] = (
         "check_sandbox_runtime",
         "Is the sandbox runtime ready",
         "Whether the engine is reachable, and the policy in force: environments, limits "
-        "(defaults and ceilings), network, the project roots allowed.",
+        "(defaults and ceilings), network, the project roots allowed, the environment "
+        "variables that may be forwarded by name (forward_env).",
         input_schema([], {}),
         tools.check_sandbox_runtime,
         READ_ONLY,

@@ -64,6 +64,7 @@ def create_experiment(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> J
         env=list(args.get("env", [])),
         libraries=tuple(args.get("libraries", ())),
         egress=args.get("egress"),
+        host_env=toolbox.host_env,
     )
     described = _described(toolbox, record)
     copy = described["copy"]
@@ -260,6 +261,8 @@ def compare_experiments(toolbox: Toolbox, args: JSONObject, ctx: CallContext) ->
 
 def check_sandbox_runtime(toolbox: Toolbox, args: JSONObject, ctx: CallContext) -> JSONObject:
     checked = _experiments(toolbox).runtime_check()
+    # The names an agent may forward by name alone (the operator's list); values never.
+    checked["forward_env"] = sorted(toolbox.host_env.names or ())
     engine = checked["engine"]
     head = (
         f"The engine is reachable (version {engine.get('version')})."

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pybox._core.errors import ConfigError, PyboxError
+from pybox._core.host_env import HostEnvPolicy
 from pybox._frontends.mcp._protocol import INVALID_PARAMS, JSONObject, RpcError
 from pybox._frontends.mcp._schema import PropertyCheck, check_arguments
 
@@ -51,6 +52,9 @@ class ServerOptions:
     # asking for more is refused, as one asking for more CPUs than the engine has.
     machine_memory_bytes: int | None = None
     tool_groups: tuple[str, ...] | None = None  # None: every group there is
+    # `--forward-env NAME`: names an agent may forward by name alone from the server's
+    # environment, besides the config's `forward_env` (none by default).
+    forward_env: tuple[str, ...] = ()
 
 
 @dataclass
@@ -168,6 +172,9 @@ class Toolbox:
         self.session = session
         self.registry = registry
         self.options = options
+        # The server's environment is the operator's, not the agent's: a name alone
+        # takes a value from it only when the operator listed that name.
+        self.host_env = HostEnvPolicy.operator_listed((*session.forward_env, *options.forward_env))
         every = tuple(declarations)
         self.known_groups = groups_of(every)
         chosen = options.tool_groups

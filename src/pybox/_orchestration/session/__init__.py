@@ -84,6 +84,7 @@ class Session(SessionEngine, SessionFeatures, SessionImages):
         experiment_settings: ExperimentSettings | None = None,
         pool_service: bool = False,
         egress_settings: EgressSettings | None = None,
+        forward_env: tuple[str, ...] = (),
     ) -> None:
         self._engine: Engine | None = None if callable(engine) else engine
         self._connect: Callable[[], Engine] | None = engine if callable(engine) else None
@@ -111,6 +112,9 @@ class Session(SessionEngine, SessionFeatures, SessionImages):
         self.sandbox_settings = sandbox_settings or SandboxSettings()
         self.experiment_settings = experiment_settings or ExperimentSettings()
         self.egress_settings = egress_settings or EgressSettings()
+        # The operator's `forward_env` (config): what an MCP server lets agents take
+        # from its environment by name. The front end decides whose names apply.
+        self.forward_env = forward_env
         self._experiments: Experiments | None = None
         self.experiment_events: TextIO | None = None  # the MCP server: stderr
         self._engine_info: dict[str, Any] | None = None
@@ -163,6 +167,7 @@ class Session(SessionEngine, SessionFeatures, SessionImages):
             pool_service=pool_service,
             runtimes=settings.runtimes,
             egress_settings=settings.egress,
+            forward_env=settings.forward_env,
         )
 
     @property
