@@ -52,7 +52,8 @@ os._exit(code)
 """
 
 
-UNSHARE = ("--user", "--map-root-user", "--pid", "--fork", "--mount-proc")
+# An IPC namespace too: the bootstrap as PID 1 removes every SysV IPC object it sees.
+UNSHARE = ("--user", "--map-root-user", "--pid", "--ipc", "--fork", "--mount-proc")
 
 
 def _unshare_works() -> bool:

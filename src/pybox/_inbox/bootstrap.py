@@ -73,6 +73,14 @@ WORK, INPUT, OUTPUT = ROOT + "/work", ROOT + "/input", ROOT + "/output"
 # The box's other writable places (tmpfs mounts of its own): emptied between a
 # sandbox's programs.
 TEMP_DIRS = ("/tmp", "/dev/shm")
+# POSIX message queues (where the engine mounts their filesystem: runc does,
+# gVisor does not) and SysV IPC objects are emptied between programs too.
+MQUEUE_DIR = "/dev/mqueue"
+IPC_KINDS = ("shm", "sem", "msg")
+# Under gVisor, which lists no SysV IPC objects, PID 1 removes the ids handed out
+# since its last look, in sequence; a program that went through more than this
+# many ids ends the box rather than leave any behind.
+IPC_SPAN_MAX = 1 << 16
 # Returned files: the same bounds as pybox's own checks, so nothing unbounded is walked.
 MAX_DEPTH = 32
 MAX_PATH_BYTES = 1024

@@ -144,6 +144,74 @@ def clear_outside_workspace():
             remove_tree(path)
 
 
+class IpcSweeper:
+    """Removes the SysV IPC objects (shared memory, semaphores, message queues)
+    and POSIX message queues a program left: they live in the box's IPC namespace,
+    not in a folder, and would reach the next program.
+
+    The kernel lists SysV objects in /proc/sysvipc. gVisor lists none, but hands
+    out each kind's ids in sequence: the ids a program could have used lie
+    between two marks, the id of a private object PID 1 makes and removes before
+    the program and again after it. Removal needs no privilege: every object was
+    made by the box's one uid. Only as PID 1: a box's IPC namespace is its own (read
+    back, IpcMode), a bootstrap that is not PID 1 is not in a box."""
+
+    def __init__(self):
+        self.calls, self.marks = {}, {}
+        if os.getpid() != 1:
+            return
+        shmget, semget, msgget, shmctl, semctl, msgctl = libc_functions(
+            "shmget", "semget", "msgget", "shmctl", "semctl", "msgctl"
+        )
+        create = 0o1000 | 0o600  # IPC_CREAT, owner only; key IPC_PRIVATE (0)
+        self.calls = {
+            "shm": (lambda: shmget(0, 1, create), lambda i: shmctl(i, 0, 0)),  # IPC_RMID
+            "sem": (lambda: semget(0, 1, create), lambda i: semctl(i, 0, 0, 0)),
+            "msg": (lambda: msgget(0, create), lambda i: msgctl(i, 0, 0)),
+        }
+        self.marks = {k: self._mark(k) for k in IPC_KINDS if listed_ipc_ids(k) is None}
+
+    def _mark(self, kind):
+        make, remove = self.calls[kind]
+        ident = make()
+        if ident < 0:
+            raise RuntimeError("PID 1 could not make a %s IPC object to find the box's" % kind)
+        remove(ident)
+        return ident
+
+    def sweep(self):
+        if not self.calls:
+            return
+        for kind in IPC_KINDS:
+            remove = self.calls[kind][1]
+            listed = listed_ipc_ids(kind)
+            if listed is None:
+                last, top = self.marks[kind], self._mark(kind)
+                if not 0 <= top - last <= IPC_SPAN_MAX:
+                    raise RuntimeError(
+                        "the program went through too many %s IPC ids to clear; the box ends"
+                        % kind
+                    )
+                listed = range(last + 1, top)
+                self.marks[kind] = top
+            for ident in listed:
+                remove(ident)
+            if listed_ipc_ids(kind):
+                raise RuntimeError("%s IPC objects of the program outlived it; the box ends" % kind)
+        empty_folder(MQUEUE_DIR)
+
+
+def listed_ipc_ids(kind):
+    """The ids of the box's SysV IPC objects of `kind`, or None where the kernel
+    lists none (gVisor)."""
+    try:
+        with open("/proc/sysvipc/" + kind, "rb") as listing:
+            rows = listing.read().split(b"\n")[1:]
+    except OSError:
+        return None
+    return [int(row.split()[1]) for row in rows if row.strip()]
+
+
 def empty_folder(folder):
     if folder.startswith(ROOT):
         try:
@@ -183,9 +251,11 @@ def remove_tree(path):
 def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
     """Protocol 3: programs until none comes within `idle_s`, or the lifetime
     (`ends_at`, seconds since the epoch) is over; then the box ends itself."""
+    ipc = IpcSweeper()
     while True:
         os.makedirs(WORK, exist_ok=True)
         clear_outside_workspace()
+        ipc.sweep()
         for folder in (INPUT, OUTPUT):
             os.makedirs(folder, exist_ok=True)
         os.chdir(WORK)
@@ -235,6 +305,8 @@ def main(link):
     # the payload; it runs nothing of the program's until the code is handed over.
     # A warm box's modules to preload (protocols 1 and 2): the entrypoint's last argument.
     preload = tuple(m for m in sys.argv[5].split(",") if m) if len(sys.argv) > 5 else ()
+    # Marked before anything else runs in the box.
+    ipc = IpcSweeper() if protocol == MANY_PROGRAMS else None
     started = prestart(python, code_name, defaults, preload)
     ready = ready_report(protocol)
     link.send_json(K_READY, ready)
@@ -245,7 +317,9 @@ def main(link):
         link, python, header, started, defaults, protocol, True, preload
     )
     while protocol == MANY_PROGRAMS:
-        # Nothing of the last program is left (pump cleared the box); say so, and wait.
+        # Nothing of the last program is left (pump cleared the box, this its IPC
+        # objects); say so, and wait.
+        ipc.sweep()
         for folder in (WORK, INPUT, OUTPUT):
             os.makedirs(folder, exist_ok=True)
         os.chdir(WORK)
