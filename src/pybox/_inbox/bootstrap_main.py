@@ -189,8 +189,7 @@ class IpcSweeper:
                 last, top = self.marks[kind], self._mark(kind)
                 if not 0 <= top - last <= IPC_SPAN_MAX:
                     raise RuntimeError(
-                        "the program went through too many %s IPC ids to clear; the box ends"
-                        % kind
+                        "the program went through too many %s IPC ids to clear; the box ends" % kind
                     )
                 listed = range(last + 1, top)
                 self.marks[kind] = top
