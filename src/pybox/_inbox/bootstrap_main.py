@@ -74,10 +74,11 @@ def run_program(link, python, header, started, defaults, protocol, first, preloa
     return exit_code, backstop
 
 
-def wait_for_magic(link, ready, give_up_at):
+def wait_for_magic(link, ready, give_up_at, key):
     """Protocol 3: skip stray bytes (STOP, ACK, pieces of pings), answer pings, until a payload's
     magic (True), the end of stdin or the end of the wait (False). A repeated
-    nonce is answered once, so a pybox that pinged twice finds one answer."""
+    nonce is answered once, so a pybox that pinged twice finds one answer. The
+    answer proves it is PID 1's: the nonce's HMAC under the link key."""
     answered = None
     while True:
         left = give_up_at - time.monotonic()
@@ -96,18 +97,20 @@ def wait_for_magic(link, ready, give_up_at):
                 raise ValueError("a ping's nonce is not lowercase hex")
             if nonce != answered:
                 answered = nonce
-                link.send_json(K_READY, dict(ready, ping=nonce))
+                proof = hmac_sha256(key, nonce.encode("ascii"))
+                link.send_json(K_READY, dict(ready, ping=nonce, proof=proof))
             continue
         if first + link.read_exact(3) != MAGIC:
             raise ValueError("the payload does not start with the pybox magic")
         return True
 
 
-def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None):
+def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None, key=b""):
     """The next payload's header (None: pybox closed the box between programs,
     or, protocol 3, no program came in time)."""
+    link.token = None
     if protocol == SANDBOX:
-        if not wait_for_magic(link, ready, time.monotonic() + first_wait_s):
+        if not wait_for_magic(link, ready, time.monotonic() + first_wait_s, key):
             return None
         magic = MAGIC
     else:
@@ -117,6 +120,8 @@ def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None):
     if magic != MAGIC:
         raise ValueError("the payload does not start with the pybox magic")
     header = parse_header(link.read_exact(int.from_bytes(link.read_exact(4), "big")))
+    # From here every report carries the run's token: the checks below may refuse it.
+    link.token = header.get("token")
     if header.get("version") != protocol:
         raise ValueError(
             "the payload is for protocol %r; this box speaks %d" % (header.get("version"), protocol)
@@ -251,6 +256,7 @@ def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
     """Protocol 3: programs until none comes within `idle_s`, or the lifetime
     (`ends_at`, seconds since the epoch) is over; then the box ends itself."""
     ipc = IpcSweeper()
+    key = None
     while True:
         os.makedirs(WORK, exist_ok=True)
         clear_outside_workspace()
@@ -258,11 +264,15 @@ def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
         for folder in (INPUT, OUTPUT):
             os.makedirs(folder, exist_ok=True)
         os.chdir(WORK)
+        link.token = None
         link.send_json(K_READY, ready)
+        if key is None:
+            # Before any program: pybox's link key, sent once by the pybox that made the box.
+            key = read_link_key(link, idle_s)
         wait_s = min(idle_s, ends_at - time.time())
         if wait_s <= 0:
             return 0
-        header = read_header(link, python, SANDBOX, wait_s, ready=ready)
+        header = read_header(link, python, SANDBOX, wait_s, ready=ready, key=key)
         if header is None:
             return 0
         try:
@@ -273,6 +283,16 @@ def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
             link.program_deadline = None
             if not clear_box(0, CLEAR_WAIT_S):
                 raise RuntimeError("processes of the program outlived it; the box ends") from None
+
+
+def read_link_key(link, wait_s):
+    """Protocol 3: the link key, read before any program exists in the box."""
+    if link.read_exact(1, first_wait_s=wait_s) != LINK_KEY:
+        raise ValueError("the sandbox's first message is not its link key")
+    text = link.read_exact(LINK_KEY_CHARS).decode("ascii", "replace")
+    if len(text) != LINK_KEY_CHARS or text.strip("0123456789abcdef"):
+        raise ValueError("the sandbox's link key is not %d lowercase hex digits" % LINK_KEY_CHARS)
+    return bytes.fromhex(text)
 
 
 # Read once, before any program ran: a program cannot change PID 1's confinement.
