@@ -21,10 +21,10 @@ ATTACK_EXIT_CODE = 3
 
 
 def _request(step: str) -> RunRequest:
-    return RunRequest(code=case_source("pid1_link"), code_name=RUN_PROGRAM, argv=(step,))
+    return RunRequest(code=case_source("bootstrap_link"), code_name=RUN_PROGRAM, argv=(step,))
 
 
-def run_pid1_link(suite: Suite, verdict: Verdict) -> None:
+def run_bootstrap_link(suite: Suite, verdict: Verdict) -> None:
     sandboxes = suite.session.sandboxes()
     info = sandboxes.create(limits=LimitRequest(timeout_s=10))
     verdict.run_ids.append(info.sandbox_id)

@@ -50,7 +50,7 @@ from pybox._features.verify.limit_judges import (
     judge_memory_bomb,
     judge_timeout_evasion,
 )
-from pybox._features.verify.link_case import run_pid1_link
+from pybox._features.verify.link_case import run_bootstrap_link
 from pybox._features.verify.posture_case import WEAKENINGS
 from pybox._features.verify.sandbox_case import run_sandbox
 from pybox._features.verify.verdict import CaseResult, SuiteResult, Verdict
@@ -194,12 +194,12 @@ CASES: tuple[Case, ...] = (
         run_sandbox,
     ),
     Case(
-        "pid1_link",
+        "bootstrap_link",
         "in a persistent sandbox, open PID 1's descriptors, environment and memory; forge its "
         "exit report on its stdout and read what pybox sends it next off its stdin",
         "PID 1's memory never opens, nor under runc its descriptors or environment; a forged "
         "report is refused (the run and the box end) and nothing pybox sends later is read",
-        run_pid1_link,
+        run_bootstrap_link,
     ),
     Case(
         "posture",

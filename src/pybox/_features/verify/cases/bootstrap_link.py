@@ -11,7 +11,7 @@ import select
 import sys
 import time
 
-FOUND = "pid1_link.json"
+FOUND = "bootstrap_link.json"
 
 
 def opens(path):
