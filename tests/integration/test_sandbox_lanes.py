@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from pybox._adapters.state import StateStore
-from pybox._core.errors import EgressRefused
+from pybox._core.errors import EgressRefused, SandboxNotFound
 from pybox._core.limits import LimitRequest, Policy
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
 from pybox._core.runtimes import GVISOR, RUNC
 from pybox._engine import Engine
 from pybox._features.sandboxes.records import RUN_PROGRAM
+from pybox._features.verify.verdict import case_source
 from pybox._orchestration.session import Session
 from tests.integration.runtimes import lane_policy, need_lane
 
@@ -144,6 +145,37 @@ def test_ipc_objects_do_not_survive_between_a_sandboxs_runs(
         assert queue_made
         if lane == RUNC:
             assert seen["mqueue"] == -1
+    finally:
+        sandboxes.destroy(info.sandbox_id)
+        session.close()
+
+
+def test_a_report_forged_on_pid_1s_stdout_is_never_taken_for_pid_1s(
+    lane: str, engine: Engine, state_dir: Path
+) -> None:
+    """Under gVisor a program opens its PID 1's stdout (/proc/1/fd/1) and writes an
+    exit report "exit code 0" (docs/isolation.md): it lacks the run's token, so
+    the run is a sandbox error and the sandbox ends. Under runc it cannot open it,
+    and the run fails with its own exit code."""
+    attack = RunRequest(
+        code=case_source("bootstrap_link"),
+        code_name=RUN_PROGRAM,
+        argv=("attack",),
+        limits=LimitRequest(timeout_s=20),
+    )
+    session = session_of(engine, state_dir, lane)
+    sandboxes = session.sandboxes()
+    info = sandboxes.create(limits=LimitRequest(timeout_s=20))
+    try:
+        receipt = sandboxes.run(info.sandbox_id, attack).receipt
+        if lane == GVISOR:
+            assert receipt.status is Status.SANDBOX_ERROR
+            assert "does not carry this run's token" in receipt.cause.summary
+            with pytest.raises(SandboxNotFound):
+                sandboxes.run(info.sandbox_id, code(b"print('never')"))
+        else:
+            assert receipt.status is Status.FAILED
+            assert receipt.reported_by_program.exit_code == 3
     finally:
         sandboxes.destroy(info.sandbox_id)
         session.close()
