@@ -43,6 +43,7 @@ from pybox._features.verify.case_runs import (
 )
 from pybox._features.verify.egress_case import run_egress_packages
 from pybox._features.verify.harness import Case, Suite
+from pybox._features.verify.ipc_case import run_sandbox_ipc
 from pybox._features.verify.limit_judges import (
     judge_cpu_spin,
     judge_disk_fill,
@@ -192,6 +193,14 @@ CASES: tuple[Case, ...] = (
         "the kernel counts 1 process in the box between the runs; the next run sees no other "
         "process and no byte of the canary; the workspace is kept; the box gone after destroy",
         run_sandbox,
+    ),
+    Case(
+        "sandbox_ipc",
+        "in a persistent sandbox, leave SysV shared memory, a semaphore set, a message queue, "
+        "a POSIX message queue and a /dev/shm file; look for each in the next run",
+        "the next run finds none of them (under gVisor the POSIX queue, which gVisor cannot "
+        "list, is said)",
+        run_sandbox_ipc,
     ),
     Case(
         "bootstrap_link",
