@@ -338,3 +338,36 @@ def test_each_program_gets_its_own_stdin_and_arguments(box: Bootstrap) -> None:
     ready(box)
     box.program(echo, stdin=b"second", args=("b", "c"))
     assert box.until_exit()[0] == b"['b', 'c'] second\n"
+
+
+@pytest.mark.skipif(
+    not AS_PID1, reason="needs unshare: the bootstrap as PID 1 of its own namespaces"
+)
+def test_a_programs_sysv_ipc_objects_are_gone_before_the_next(tmp_path: Path) -> None:
+    """As PID 1 (of an IPC namespace of its own here, as in a box) the bootstrap
+    removes the SysV IPC objects a program left (not as PID 1 it touches none)."""
+    box = Bootstrap(tmp_path, wire.MANY_PROGRAMS, pid1=True)
+    try:
+        ready(box)
+        leave = (
+            b"import ctypes\nlibc = ctypes.CDLL(None)\n"
+            b"print([libc.shmget(0x5059, 4096, 0o1600), libc.semget(0x5059, 1, 0o1600),"
+            b" libc.msgget(0x5059, 0o1600)])\n"
+        )
+        box.program(leave)
+        made, report = box.until_exit()
+        assert report["exit_code"] == 0 and b"-1" not in made, made
+        box.send(wire.ACK)
+        ready(box)
+        look = (
+            b"import ctypes\nlibc = ctypes.CDLL(None)\n"
+            b"print([libc.shmget(0x5059, 0, 0), libc.semget(0x5059, 0, 0),"
+            b" libc.msgget(0x5059, 0)])\n"
+        )
+        box.program(look)
+        found, _ = box.until_exit()
+        assert found.strip() == b"[-1, -1, -1]"
+        box.send(wire.ACK)
+        ready(box)
+    finally:
+        box.close()
