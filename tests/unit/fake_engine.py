@@ -113,6 +113,32 @@ class FakeAttach:
         for start in range(0, len(data), 7000):
             self.outgoing.append((source, data[start : start + 7000]))
 
+    def _report(self, kind: bytes, value: Mapping[str, Any]) -> None:
+        """A report of the run, with the run's token from its header, as PID 1 sends it."""
+        token = (self.container.header or {}).get("token")
+        self._emit(json_frame(kind, {**value, "token": token} if token else value))
+
+    def _tokened(self, data: bytes) -> bytes:
+        """A test's own frames with the run's token put in each report, as PID 1
+        would; bytes that are not whole frames pass as they are."""
+        token = (self.container.header or {}).get("token")
+        out, rest = bytearray(), memoryview(data)
+        while token and len(rest) >= 5:
+            kind, size = bytes(rest[:1]), int.from_bytes(rest[1:5], "big")
+            if len(rest) < 5 + size:
+                break
+            payload = bytes(rest[5 : 5 + size])
+            if kind in (wire.K_STARTED, wire.K_EXIT, wire.K_FILES_DONE, wire.K_FILE, wire.K_ERROR):
+                try:
+                    value = json.loads(payload)
+                except ValueError:
+                    value = None
+                if isinstance(value, dict):
+                    payload = json.dumps({"token": token, **value}).encode()
+            out += frame(kind, payload)
+            rest = rest[5 + size :]
+        return bytes(out) + bytes(rest)
+
     @property
     def protocol(self) -> int:
         """The bootstrap protocol the box was created with (its entrypoint says)."""
@@ -159,10 +185,10 @@ class FakeAttach:
         script = self.script
         if script.refused is not None and self.protocol == wire.MANY_PROGRAMS:
             self.exited = True
-            self._emit(json_frame(wire.K_EXIT, script.refused))
+            self._report(wire.K_EXIT, script.refused)
             return
         if script.raw is not None:
-            self._emit(script.raw)
+            self._emit(self._tokened(script.raw))
             self._end(script.exit_code)
             return
         bootstrap_error = script.bootstrap_error
@@ -173,10 +199,10 @@ class FakeAttach:
         except ValueError as exc:
             bootstrap_error = f"ValueError: {exc}"
         if bootstrap_error is not None:
-            self._emit(json_frame(wire.K_ERROR, {"message": bootstrap_error}))
+            self._report(wire.K_ERROR, {"message": bootstrap_error})
             self._end(125)
             return
-        self._emit(frame(wire.K_STARTED, b"{}"))
+        self._report(wire.K_STARTED, {})
         for start in range(0, len(script.stdout), wire.CHUNK):
             self._emit(frame(wire.K_STDOUT, script.stdout[start : start + wire.CHUNK]))
         for start in range(0, len(script.stderr), wire.CHUNK):
@@ -192,19 +218,15 @@ class FakeAttach:
         report: dict[str, Any] = {"exit_code": script.exit_code, "backstop": script.backstop}
         if self.protocol == wire.MANY_PROGRAMS:
             report["stopped"] = False
-        self._emit(json_frame(wire.K_EXIT, report))
+        self._report(wire.K_EXIT, report)
         if script.after_exit is not None:
-            self._emit(script.after_exit)
+            self._emit(self._tokened(script.after_exit))
         elif self.container.header["collect_outputs"] and not script.backstop:
             for path, content in script.files:
-                self._emit(json_frame(wire.K_FILE, {"path": path, "size": len(content)}))
+                self._report(wire.K_FILE, {"path": path, "size": len(content)})
                 for start in range(0, len(content), wire.CHUNK):
                     self._emit(frame(wire.K_DATA, content[start : start + wire.CHUNK]))
-            self._emit(
-                json_frame(
-                    wire.K_FILES_DONE, {"files_sent": len(script.files), "files_skipped": []}
-                )
-            )
+            self._report(wire.K_FILES_DONE, {"files_sent": len(script.files), "files_skipped": []})
         self.container.oom_killed = script.oom_killed
         self.container.stuck = script.stuck_after_exit
 
@@ -230,7 +252,7 @@ class FakeAttach:
                 return
             self.exited = True
             report = {"exit_code": -9, "backstop": False, "stopped": True}
-            self._emit(json_frame(wire.K_EXIT, report))
+            self._report(wire.K_EXIT, report)
         elif data == wire.ACK and many:
             # The next program may come: the box is clear and ready again.
             self.container.acked = True

@@ -52,7 +52,8 @@ os._exit(code)
 """
 
 
-UNSHARE = ("--user", "--map-root-user", "--pid", "--fork", "--mount-proc")
+# An IPC namespace too: the bootstrap as PID 1 removes every SysV IPC object it sees.
+UNSHARE = ("--user", "--map-root-user", "--pid", "--ipc", "--fork", "--mount-proc")
 
 
 def _unshare_works() -> bool:
@@ -354,3 +355,36 @@ def test_a_first_program_that_starts_isolated_replaces_the_pre_started_interpret
     box.program(probe)  # the caller's next program: a plain start again
     out, report = box.until_exit()
     assert (out, report["exit_code"]) == (b"0 0\n", 0)
+
+
+@pytest.mark.skipif(
+    not AS_PID1, reason="needs unshare: the bootstrap as PID 1 of its own namespaces"
+)
+def test_a_programs_sysv_ipc_objects_are_gone_before_the_next(tmp_path: Path) -> None:
+    """As PID 1 (of an IPC namespace of its own here, as in a box) the bootstrap
+    removes the SysV IPC objects a program left (not as PID 1 it touches none)."""
+    box = Bootstrap(tmp_path, wire.MANY_PROGRAMS, pid1=True)
+    try:
+        ready(box)
+        leave = (
+            b"import ctypes\nlibc = ctypes.CDLL(None)\n"
+            b"print([libc.shmget(0x5059, 4096, 0o1600), libc.semget(0x5059, 1, 0o1600),"
+            b" libc.msgget(0x5059, 0o1600)])\n"
+        )
+        box.program(leave)
+        made, report = box.until_exit()
+        assert report["exit_code"] == 0 and b"-1" not in made, made
+        box.send(wire.ACK)
+        ready(box)
+        look = (
+            b"import ctypes\nlibc = ctypes.CDLL(None)\n"
+            b"print([libc.shmget(0x5059, 0, 0), libc.semget(0x5059, 0, 0),"
+            b" libc.msgget(0x5059, 0)])\n"
+        )
+        box.program(look)
+        found, _ = box.until_exit()
+        assert found.strip() == b"[-1, -1, -1]"
+        box.send(wire.ACK)
+        ready(box)
+    finally:
+        box.close()

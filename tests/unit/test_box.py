@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +16,7 @@ from pybox._adapters.cgroups import empty_observation
 from pybox._adapters.state import StateStore
 from pybox._boxes import program
 from pybox._boxes.box import Box
+from pybox._boxes.reattach import resync
 from pybox._boxes.record import RunInterrupted
 from pybox._boxes.spec import BoxContext, new_run_id
 from pybox._core import wire
@@ -329,3 +331,52 @@ def test_only_a_protocol_2_box_takes_programs_and_its_first_is_named(
         box.run_program(code("x"), run_id="x")
         later = box.run_program(RunRequest(code=b"x", code_name="job.py"), run_id="y")
         assert later.receipt.configured.code.name == "job.py"
+
+
+class PingAnswerer:
+    """A sandbox's stream whose answer to each ping is `answer(nonce)`: PID 1's,
+    or a program's that read the ping off PID 1's stdin (gVisor lets it)."""
+
+    def __init__(self, answer: Callable[[bytes], bytes]) -> None:
+        self.answer = answer
+        self.replies: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        nonce = data.split(wire.PING, 1)[1]
+        self.replies.append(self.answer(nonce))
+
+    def read(self, timeout_s: float) -> tuple[int, bytes] | None:
+        if self.replies:
+            return 1, self.replies.pop(0)
+        time.sleep(min(timeout_s, 0.01))
+        return None
+
+
+KEY = "5a" * 32
+
+
+def _ready(nonce: bytes, proof: bytes | None) -> bytes:
+    tail = b"" if proof is None else b',"proof":"' + proof + b'"'
+    body = b'{"version":3,"ping":"' + nonce + b'"' + tail + b"}"
+    return wire.K_READY + len(body).to_bytes(4, "big") + body
+
+
+def _sandbox_box(stream: PingAnswerer) -> SimpleNamespace:
+    return SimpleNamespace(
+        stream=stream, spec=SimpleNamespace(name="pybox-sbx"), link_key=KEY, decoder=None
+    )
+
+
+def test_a_sandbox_answer_to_a_ping_must_prove_it_is_pid_1s() -> None:
+    """The nonce alone proves nothing under gVisor: a program reads it off PID 1's
+    stdin. Only PID 1 holds the link key the proof needs."""
+    forged = PingAnswerer(lambda nonce: _ready(nonce, None))
+    with pytest.raises(SandboxError, match="did not answer"):
+        resync(_sandbox_box(forged), 1.0)  # type: ignore[arg-type]
+    wrong = PingAnswerer(lambda nonce: _ready(nonce, wire.ping_proof(b"\0" * 32, nonce)))
+    with pytest.raises(SandboxError, match="did not answer"):
+        resync(_sandbox_box(wrong), 1.0)  # type: ignore[arg-type]
+    genuine = PingAnswerer(lambda nonce: _ready(nonce, wire.ping_proof(bytes.fromhex(KEY), nonce)))
+    box = _sandbox_box(genuine)
+    resync(box, 5.0)  # type: ignore[arg-type]
+    assert isinstance(box.decoder, wire.FrameDecoder)

@@ -22,7 +22,7 @@ from pybox._core.receipt import Status
 from pybox._core.request import InputFile, RunRequest
 from pybox._orchestration.session import Session
 from tests.unit.conftest import IMAGE_ID, OWNER, make_session
-from tests.unit.fake_engine import FakeEngine, Script, frame
+from tests.unit.fake_engine import FakeEngine, Script, frame, json_frame
 
 
 def request(code: bytes = b"print(6*7)\n", **kwargs: object) -> RunRequest:
@@ -135,6 +135,23 @@ def test_garbage_from_the_box_is_a_sandbox_error(
     receipt = session.run(request()).receipt
     assert receipt.status is Status.SANDBOX_ERROR
     assert "unknown frame kind" in receipt.cause.summary
+    assert_clean(engine, state)
+
+
+@pytest.mark.parametrize("token", ["forged", None])
+def test_an_exit_report_without_the_runs_token_is_a_sandbox_error(
+    session: Session, engine: FakeEngine, state: StateStore, token: str | None
+) -> None:
+    """Under gVisor a program can write to its PID 1's stdout: a report it forged
+    ("succeeded, exit 0") lacks the run's token, and is never taken for PID 1's."""
+    # None too: the fake engine, like PID 1, puts the token in only where none is.
+    forged = {"exit_code": 0, "backstop": False, "token": token}
+    engine.script = Script(
+        raw=json_frame(wire.K_STARTED, {}) + json_frame(wire.K_EXIT, forged), exit_code=3
+    )
+    receipt = session.run(request()).receipt
+    assert receipt.status is Status.SANDBOX_ERROR
+    assert "does not carry this run's token" in receipt.cause.summary
     assert_clean(engine, state)
 
 

@@ -119,6 +119,8 @@ def test_the_issue_lists_these_cases() -> None:
         "mcp_env",  # issue 29: an MCP agent names the server's own environment
         "leftovers",
         "sandbox",  # issue 14: a persistent sandbox keeps only its workspace
+        "sandbox_ipc",  # issue 29: IPC objects between a sandbox's runs
+        "bootstrap_link",  # issue 29: PID 1's descriptors, and what a program can do with them
         "posture",
     ]
 

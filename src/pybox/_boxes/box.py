@@ -14,6 +14,7 @@ before create so a crashed run's box is swept by the next one.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ class Box:
         sandbox_store: str = "",
         egress: EgressPlan | None = None,
         preload: tuple[str, ...] = (),
+        link_key: str = "",
     ) -> None:
         self.context = context
         self.image = image
@@ -91,6 +93,11 @@ class Box:
             sandbox_store=sandbox_store,
             egress=egress,
             preload=preload,
+        )
+        # A sandbox's link key (hex): sent to its PID 1 before any program, kept in
+        # the sandbox's record; it proves the box's answers to pings are PID 1's.
+        self.link_key = link_key or (
+            secrets.token_hex(wire.LINK_KEY_CHARS // 2) if protocol == wire.SANDBOX else ""
         )
         self.t0 = time.monotonic()
         self.created_at = iso_now()
@@ -150,6 +157,9 @@ class Box:
         self.stream = engine.attach(self.container_id)
         engine.start_container(self.container_id)
         self.marks["started"] = time.monotonic()
+        if self.protocol == wire.SANDBOX:
+            # The first thing PID 1 reads, before any program exists in the box.
+            self.stream.send(wire.LINK_KEY + self.link_key.encode("ascii"))
         self.sampler = self.context.sampler_factory(self.container_id)
         if self.sampler is not None:
             self.sampler.sample(force=True)

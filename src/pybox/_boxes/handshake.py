@@ -25,6 +25,7 @@ def program_payload(
     collect_outputs: bool,
     protocol: int,
     isolation: RuntimeChoice,
+    token: str = "",
 ) -> Iterator[bytes]:
     """The payload's chunks, in the order the bootstrap reads them."""
     return wire.encode_payload(
@@ -43,6 +44,7 @@ def program_payload(
         stdin=request.stdin_bytes,
         version=protocol,
         require_status=isolation.kernel_status_required,
+        token=token,
     )
 
 

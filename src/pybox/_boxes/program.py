@@ -9,6 +9,7 @@ not. What happened is frozen into a `RunRecord` for the receipt.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -46,6 +47,15 @@ BOOTSTRAP_DIAGNOSTICS_BYTES = 16384
 CANCEL_POLL_S = 0.1
 
 
+_REPORTS = {
+    wire.K_STARTED: "a start report",
+    wire.K_EXIT: "an exit report",
+    wire.K_FILE: "a returned file's header",
+    wire.K_FILES_DONE: "a returned-files report",
+    wire.K_ERROR: "a bootstrap error",
+}
+
+
 class ProgramRun:
     """The mutable state of one program in `box`. `run()` once, then `record()`."""
 
@@ -65,6 +75,9 @@ class ProgramRun:
         self.request = request
         self.limits = limits = box.limits if limits is None else limits
         self.run_id = run_id
+        # In the payload's header and in every report of the run PID 1 sends back:
+        # a report without it was written by something else in the box.
+        self.token = secrets.token_hex(wire.RUN_TOKEN_CHARS // 2)
         self.cancel = cancel
         self.leftovers_swept = leftovers_swept
         self.many = box.protocol in wire.KEEPS_BOX
@@ -166,6 +179,7 @@ class ProgramRun:
             collect_outputs=self.files is not None,
             protocol=box.protocol,
             isolation=box.spec.isolation,
+            token=self.token,
         )
         self.events.emit(RunStarted(self.run_id, self.source))
         for chunk in payload:
@@ -271,6 +285,24 @@ class ProgramRun:
                 self.box.broken = "it broke the protocol"
         return exited
 
+    def _report(self, frame: wire.Frame, *, token_optional: bool = False) -> dict[str, Any]:
+        """A report of this run: it must carry the run's token, which only PID 1
+        knows. Under gVisor a program can write to the box's stdout (its PID 1's
+        descriptors are open to it, docs/isolation.md): such a forged report ends
+        the run as a sandbox error and the box with it, never taken for PID 1's.
+        `token_optional`: a bootstrap error before the program started may come
+        from before PID 1 read the header."""
+        report = frame.json()
+        token = report.get("token")
+        if token == self.token or (token is None and token_optional):
+            return report
+        what = _REPORTS.get(frame.kind, f"{frame.kind!r}")
+        raise wire.ProtocolError(
+            f"The box sent {what} that does not carry this run's token: "
+            "something in the box other than pybox's bootstrap wrote it (the program "
+            "reached the bootstrap's output). The run and the box end."
+        )
+
     def _handle(self, frame: wire.Frame, stream: AttachStream) -> bool:
         """Act on one frame; True once the program's exit report arrived."""
         kind = frame.kind
@@ -287,28 +319,29 @@ class ProgramRun:
             if kind == wire.K_DATA:
                 self.files.data(frame.data)
             else:
-                self.files.begin(frame.json())
+                self.files.begin(self._report(frame))
             for returned in self.files.files[received:]:
                 self.events.emit(FileReturned(returned.path, returned.size_bytes))
         elif kind == wire.K_STARTED:
             self._mark("program_started")
-            preload = frame.json().get("preload") if frame.data else None
+            preload = self._report(frame).get("preload")
             self.preload_report = preload if isinstance(preload, dict) else None
         elif kind == wire.K_READY:
             self._bootstrap_ready(frame.json())
         elif kind == wire.K_ERROR and self.exit_info is not None:
-            last_words = str(frame.json().get("message"))[:2000]
+            last_words = str(self._report(frame).get("message"))[:2000]
             self._files_broke_off(
                 "the bootstrap failed while sending them", last_words, BoxQuote(0, len(last_words))
             )
             self._ack(stream)
         elif kind == wire.K_ERROR:
-            message = frame.json().get("message")
+            started = "program_started" in self.marks
+            message = self._report(frame, token_optional=not started).get("message")
             self.bootstrap_error = str(message)[:2000]
         elif kind == wire.K_EXIT and self.exit_info is None:
             return self._exit_reported(frame, stream)
         elif kind == wire.K_FILES_DONE and self.exit_info is not None and self.files_report is None:
-            self.files_report = frame.json()
+            self.files_report = self._report(frame)
             self._ack(stream)
         return False
 
@@ -336,7 +369,7 @@ class ProgramRun:
         self.unknown.extend(check_ready(report, self.box.spec.isolation))
 
     def _exit_reported(self, frame: wire.Frame, stream: AttachStream) -> bool:
-        self.exit_info = frame.json()
+        self.exit_info = self._report(frame)
         self._mark("program_ended")
         if self.many:
             refused = not_started_for_room(self.exit_info, self.limits.writable_bytes)

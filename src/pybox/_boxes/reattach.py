@@ -6,8 +6,10 @@ or the same one after a let-go, attaches anew. What the box sent while nobody
 was attached is gone, and a program a vanished pybox left running may still be
 talking, so the new stream is not at a frame boundary: `resync` pings with a
 fresh nonce and reads raw bytes, never decoding them, until the box's ready
-report with that nonce. Only the bootstrap can send it: the program never sees
-the box's stdin, so it cannot know the nonce.
+report with that nonce. Only the bootstrap can send it: under runc the program
+never sees the box's stdin, so it cannot know the nonce; under gVisor it can (PID 1's
+descriptors are open to it, docs/isolation.md), so the report must also carry
+the nonce's HMAC under the sandbox's link key, which only PID 1 holds.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class SandboxBox:
     uid: int
     store: str  # the tag of the store that records the sandbox
     egress: EgressPlan | None = None  # its network mode, when not none
+    # Its link key (hex), sent to its PID 1 at creation ("": a sandbox made before
+    # pybox kept one, whose answers to pings carry no proof).
+    link_key: str = ""
 
 
 def reattach(
@@ -78,6 +83,7 @@ def reattach(
         uid=known.uid,
         sandbox_store=known.store,
         egress=known.egress,
+        link_key=known.link_key,
     )
     inspected = engine.inspect_container(known.container_id)
     if inspected is None:
@@ -119,6 +125,11 @@ def resync(box: Box, wait_s: float) -> None:
     assert stream is not None
     nonce = secrets.token_hex(wire.PING_NONCE_CHARS // 2).encode("ascii")
     marker = b'"ping":"' + nonce + b'"}'
+    if box.link_key:
+        # Under gVisor a program can read the box's stdin, ping and all: only
+        # PID 1 holds the link key that the proof needs.
+        proof = wire.ping_proof(bytes.fromhex(box.link_key), nonce)
+        marker = b'"ping":"' + nonce + b'","proof":"' + proof + b'"}'
     ping = wire.STOP + wire.ACK + wire.PING + nonce
     raw = bytearray()
     deadline = time.monotonic() + wait_s

@@ -8,6 +8,8 @@ the box and is untrusted: sizes are bounded and malformed input raises
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +41,16 @@ STOP = b"K"
 # in the stream this way (see `Box.resync`).
 PING = b"?"
 PING_NONCE_CHARS = 32
+# Protocol 3: LINK_KEY and LINK_KEY_CHARS lowercase hex digits, the first thing
+# the pybox that made a sandbox's box sends it, before any program. The box's
+# answer to a ping carries the nonce's HMAC-SHA256 under that key (`proof`):
+# under gVisor a program can read the box's stdin and write to its stdout
+# (docs/isolation.md), so a nonce alone would not prove the answer is PID 1's.
+LINK_KEY = b"L"
+LINK_KEY_CHARS = 64
+# Every report of a run but the ready one carries the run's token (`token`),
+# sent in its payload's header: a report without it was not written by PID 1.
+RUN_TOKEN_CHARS = 32
 CHUNK = 65536
 K_READY, K_STARTED, K_STDOUT, K_STDERR = b"R", b"S", b"1", b"2"
 K_FILE, K_DATA, K_EXIT, K_ERROR, K_FILES_DONE = b"F", b"D", b"X", b"E", b"Z"
@@ -126,6 +138,7 @@ def encode_payload(
     stdin: bytes = b"",
     version: int = VERSION,
     require_status: tuple[tuple[str, str], ...] = (),
+    token: str = "",
 ) -> Iterator[bytes]:
     """The stdin payload for the bootstrap, as a sequence of byte chunks.
 
@@ -137,7 +150,8 @@ def encode_payload(
     box's protocol; the bootstrap refuses a payload for another one.
     `require_status` are the lines of /proc/self/status (name, value) the box's
     PID 1 must read before it hands the code to the program (its seccomp mode and
-    no-new-privileges); any other value and the program is never run.
+    no-new-privileges); any other value and the program is never run. `token`
+    is the run's: the bootstrap puts it in every report of the run.
     """
     lines: list[list[str]] = [
         ["version", str(version)],
@@ -152,6 +166,7 @@ def encode_payload(
         ["max_files", str(max_files)],
         ["max_file_bytes", str(max_file_bytes)],
         *(["require_status", name, value] for name, value in require_status),
+        *([["token", token]] if token else []),
     ]
     for fields in lines:
         if any("\t" in field or "\n" in field for field in fields):
@@ -165,6 +180,11 @@ def encode_payload(
         yield item.data
     if stdin:
         yield stdin
+
+
+def ping_proof(key: bytes, nonce: bytes) -> bytes:
+    """What a sandbox's PID 1 answers a ping's `nonce` with: its HMAC under the link key."""
+    return hmac.new(key, nonce, hashlib.sha256).hexdigest().encode("ascii")
 
 
 def _hex(text: str) -> str:

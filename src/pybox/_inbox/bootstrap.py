@@ -6,8 +6,14 @@
 # pybox itself died, and sends the output files back after the program ended.
 #
 # Everything it reports is untrusted by the host: it runs with the program's
-# uid. It makes itself non-dumpable so the program cannot ptrace it or open its
-# file descriptors through /proc/1.
+# uid. It makes itself non-dumpable, so under runc the program cannot ptrace it
+# or open its file descriptors through /proc/1. gVisor honours neither that nor
+# any other check there: a program can open PID 1's stdin and stdout. So what
+# pybox trusts carries what no program can know (docs/isolation.md): every
+# report of a run carries the run's token (sent in its header, which PID 1 reads
+# before the program exists), and a sandbox's answer to a ping carries the
+# nonce's HMAC under the link key pybox sent before any program ran. Neither is
+# in PID 1's environment or arguments, and its memory is closed in both lanes.
 #
 # Frames out (fd 1): one kind byte, a 4-byte big-endian length, the payload
 # (JSON for control frames, raw bytes for output and file data).
@@ -56,6 +62,11 @@ ACK = b"A"
 STOP = b"K"
 PING = b"?"
 PING_NONCE_CHARS = 32
+# Protocol 3: the link key, LINK_KEY and LINK_KEY_CHARS lowercase hex digits,
+# the first thing the creating pybox sends, before any program. A ready report
+# that answers a ping carries the nonce's HMAC-SHA256 under it (`proof`).
+LINK_KEY = b"L"
+LINK_KEY_CHARS = 64
 CHUNK = 65536
 K_READY, K_STARTED, K_STDOUT, K_STDERR = b"R", b"S", b"1", b"2"
 K_FILE, K_DATA, K_EXIT, K_ERROR, K_FILES_DONE = b"F", b"D", b"X", b"E", b"Z"
@@ -80,6 +91,16 @@ TEMP_DIRS = ("/tmp", "/dev/shm")
 # left anything in the workspace; none of it runs in pybox's programs. The
 # caller's own programs start as `python NAME`.
 ISOLATED_FLAGS = ["-I", "-S"]
+
+
+# POSIX message queues (where the engine mounts their filesystem: runc does,
+# gVisor does not) and SysV IPC objects are emptied between programs too.
+MQUEUE_DIR = "/dev/mqueue"
+IPC_KINDS = ("shm", "sem", "msg")
+# Under gVisor, which lists no SysV IPC objects, PID 1 removes the ids handed out
+# since its last look, in sequence; a program that went through more than this
+# many ids ends the box rather than leave any behind.
+IPC_SPAN_MAX = 1 << 16
 # Returned files: the same bounds as pybox's own checks, so nothing unbounded is walked.
 MAX_DEPTH = 32
 MAX_PATH_BYTES = 1024
@@ -194,6 +215,8 @@ class Link:
     def __init__(self, fd_in, fd_out):
         self.fd_in, self.fd_out = fd_in, fd_out
         self.program_deadline = None
+        # The run's token (its header's), in every report of the run but the ready one.
+        self.token = None
         os.set_blocking(fd_out, False)
 
     def _give_up_at(self):
@@ -224,6 +247,8 @@ class Link:
                 raise ControllerGone("stdout closed: %s" % exc) from None
 
     def send_json(self, kind, obj):
+        if self.token is not None and kind != K_READY:
+            obj = dict(obj, token=self.token)
         self.send(kind, dumps(obj).encode("ascii"))
 
     def read_exact(self, size, first_wait_s=None, end_ok=False):
@@ -312,11 +337,24 @@ def parse_header(raw):
             header["backstop_s"] = float(fields[0])
         elif key in ("version", "max_files", "max_file_bytes"):
             header[key] = int(fields[0])
+        elif key == "token":
+            header["token"] = fields[0]
         elif key == "collect_outputs":
             header[key] = fields[0] == "1"
         elif key == "require_status":
             header.setdefault("require_status", []).append((fields[0], fields[1]))
     return header
+
+
+def hmac_sha256(key, message):
+    """HMAC-SHA256 (RFC 2104) with the C module alone: `hmac` imports `hashlib`."""
+    try:
+        from _sha2 import sha256
+    except ImportError:  # Python before 3.12
+        from _sha256 import sha256
+    key = key.ljust(64, b"\0")
+    inner = sha256(bytes(b ^ 0x36 for b in key) + message).digest()
+    return sha256(bytes(b ^ 0x5C for b in key) + inner).hexdigest()
 
 
 def kernel_status(names=("Seccomp", "NoNewPrivs")):

@@ -93,10 +93,11 @@ def run_program(link, python, header, started, defaults, protocol, first, preloa
     return exit_code, backstop
 
 
-def wait_for_magic(link, ready, give_up_at):
+def wait_for_magic(link, ready, give_up_at, key):
     """Protocol 3: skip stray bytes (STOP, ACK, pieces of pings), answer pings, until a payload's
     magic (True), the end of stdin or the end of the wait (False). A repeated
-    nonce is answered once, so a pybox that pinged twice finds one answer."""
+    nonce is answered once, so a pybox that pinged twice finds one answer. The
+    answer proves it is PID 1's: the nonce's HMAC under the link key."""
     answered = None
     while True:
         left = give_up_at - time.monotonic()
@@ -115,18 +116,20 @@ def wait_for_magic(link, ready, give_up_at):
                 raise ValueError("a ping's nonce is not lowercase hex")
             if nonce != answered:
                 answered = nonce
-                link.send_json(K_READY, dict(ready, ping=nonce))
+                proof = hmac_sha256(key, nonce.encode("ascii"))
+                link.send_json(K_READY, dict(ready, ping=nonce, proof=proof))
             continue
         if first + link.read_exact(3) != MAGIC:
             raise ValueError("the payload does not start with the pybox magic")
         return True
 
 
-def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None):
+def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None, key=b""):
     """The next payload's header (None: pybox closed the box between programs,
     or, protocol 3, no program came in time)."""
+    link.token = None
     if protocol == SANDBOX:
-        if not wait_for_magic(link, ready, time.monotonic() + first_wait_s):
+        if not wait_for_magic(link, ready, time.monotonic() + first_wait_s, key):
             return None
         magic = MAGIC
     else:
@@ -136,6 +139,8 @@ def read_header(link, python, protocol, first_wait_s, end_ok=False, ready=None):
     if magic != MAGIC:
         raise ValueError("the payload does not start with the pybox magic")
     header = parse_header(link.read_exact(int.from_bytes(link.read_exact(4), "big")))
+    # From here every report carries the run's token: the checks below may refuse it.
+    link.token = header.get("token")
     if header.get("version") != protocol:
         raise ValueError(
             "the payload is for protocol %r; this box speaks %d" % (header.get("version"), protocol)
@@ -170,6 +175,73 @@ def clear_outside_workspace():
         path = os.path.join(ROOT, name)
         if path not in (WORK, INPUT, OUTPUT):
             remove_tree(path)
+
+
+class IpcSweeper:
+    """Removes the SysV IPC objects (shared memory, semaphores, message queues)
+    and POSIX message queues a program left: they live in the box's IPC namespace,
+    not in a folder, and would reach the next program.
+
+    The kernel lists SysV objects in /proc/sysvipc. gVisor lists none, but hands
+    out each kind's ids in sequence: the ids a program could have used lie
+    between two marks, the id of a private object PID 1 makes and removes before
+    the program and again after it. Removal needs no privilege: every object was
+    made by the box's one uid. Only as PID 1: a box's IPC namespace is its own (read
+    back, IpcMode), a bootstrap that is not PID 1 is not in a box."""
+
+    def __init__(self):
+        self.calls, self.marks = {}, {}
+        if os.getpid() != 1:
+            return
+        shmget, semget, msgget, shmctl, semctl, msgctl = libc_functions(
+            "shmget", "semget", "msgget", "shmctl", "semctl", "msgctl"
+        )
+        create = 0o1000 | 0o600  # IPC_CREAT, owner only; key IPC_PRIVATE (0)
+        self.calls = {
+            "shm": (lambda: shmget(0, 1, create), lambda i: shmctl(i, 0, 0)),  # IPC_RMID
+            "sem": (lambda: semget(0, 1, create), lambda i: semctl(i, 0, 0, 0)),
+            "msg": (lambda: msgget(0, create), lambda i: msgctl(i, 0, 0)),
+        }
+        self.marks = {k: self._mark(k) for k in IPC_KINDS if listed_ipc_ids(k) is None}
+
+    def _mark(self, kind):
+        make, remove = self.calls[kind]
+        ident = make()
+        if ident < 0:
+            raise RuntimeError("PID 1 could not make a %s IPC object to find the box's" % kind)
+        remove(ident)
+        return ident
+
+    def sweep(self):
+        if not self.calls:
+            return
+        for kind in IPC_KINDS:
+            remove = self.calls[kind][1]
+            listed = listed_ipc_ids(kind)
+            if listed is None:
+                last, top = self.marks[kind], self._mark(kind)
+                if not 0 <= top - last <= IPC_SPAN_MAX:
+                    raise RuntimeError(
+                        "the program went through too many %s IPC ids to clear; the box ends" % kind
+                    )
+                listed = range(last + 1, top)
+                self.marks[kind] = top
+            for ident in listed:
+                remove(ident)
+            if listed_ipc_ids(kind):
+                raise RuntimeError("%s IPC objects of the program outlived it; the box ends" % kind)
+        empty_folder(MQUEUE_DIR)
+
+
+def listed_ipc_ids(kind):
+    """The ids of the box's SysV IPC objects of `kind`, or None where the kernel
+    lists none (gVisor)."""
+    try:
+        with open("/proc/sysvipc/" + kind, "rb") as listing:
+            rows = listing.read().split(b"\n")[1:]
+    except OSError:
+        return None
+    return [int(row.split()[1]) for row in rows if row.strip()]
 
 
 def empty_folder(folder):
@@ -211,17 +283,24 @@ def remove_tree(path):
 def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
     """Protocol 3: programs until none comes within `idle_s`, or the lifetime
     (`ends_at`, seconds since the epoch) is over; then the box ends itself."""
+    ipc = IpcSweeper()
+    key = None
     while True:
         os.makedirs(WORK, exist_ok=True)
         clear_outside_workspace()
+        ipc.sweep()
         for folder in (INPUT, OUTPUT):
             os.makedirs(folder, exist_ok=True)
         os.chdir(WORK)
+        link.token = None
         link.send_json(K_READY, ready)
+        if key is None:
+            # Before any program: pybox's link key, sent once by the pybox that made the box.
+            key = read_link_key(link, idle_s)
         wait_s = min(idle_s, ends_at - time.time())
         if wait_s <= 0:
             return 0
-        header = read_header(link, python, SANDBOX, wait_s, ready=ready)
+        header = read_header(link, python, SANDBOX, wait_s, ready=ready, key=key)
         if header is None:
             return 0
         try:
@@ -232,6 +311,16 @@ def sandbox_main(link, python, idle_s, ends_at, defaults, ready):
             link.program_deadline = None
             if not clear_box(0, CLEAR_WAIT_S):
                 raise RuntimeError("processes of the program outlived it; the box ends") from None
+
+
+def read_link_key(link, wait_s):
+    """Protocol 3: the link key, read before any program exists in the box."""
+    if link.read_exact(1, first_wait_s=wait_s) != LINK_KEY:
+        raise ValueError("the sandbox's first message is not its link key")
+    text = link.read_exact(LINK_KEY_CHARS).decode("ascii", "replace")
+    if len(text) != LINK_KEY_CHARS or text.strip("0123456789abcdef"):
+        raise ValueError("the sandbox's link key is not %d lowercase hex digits" % LINK_KEY_CHARS)
+    return bytes.fromhex(text)
 
 
 # Read once, before any program ran: a program cannot change PID 1's confinement.
@@ -263,6 +352,8 @@ def main(link):
     # the payload; it runs nothing of the program's until the code is handed over.
     # A warm box's modules to preload (protocols 1 and 2): the entrypoint's last argument.
     preload = tuple(m for m in sys.argv[5].split(",") if m) if len(sys.argv) > 5 else ()
+    # Marked before anything else runs in the box.
+    ipc = IpcSweeper() if protocol == MANY_PROGRAMS else None
     started = prestart(python, code_name, defaults, preload)
     ready = ready_report(protocol)
     link.send_json(K_READY, ready)
@@ -273,7 +364,9 @@ def main(link):
         link, python, header, started, defaults, protocol, True, preload
     )
     while protocol == MANY_PROGRAMS:
-        # Nothing of the last program is left (pump cleared the box); say so, and wait.
+        # Nothing of the last program is left (pump cleared the box, this its IPC
+        # objects); say so, and wait.
+        ipc.sweep()
         for folder in (WORK, INPUT, OUTPUT):
             os.makedirs(folder, exist_ok=True)
         os.chdir(WORK)

@@ -4,23 +4,37 @@
 # come from part 1, bootstrap.py, which says what the whole does.
 
 
+def libc_functions(*names):
+    """The C library's functions `names`, each taking and returning C longs (ints
+    and null pointers alike). Uses _ctypes directly; the ctypes package costs
+    ~2 ms to import."""
+    import _ctypes
+
+    class Long(_ctypes._SimpleCData):
+        _type_ = "l"
+
+    class Int(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    class Libc:
+        _handle = _ctypes.dlopen(None, os.RTLD_NOW)
+
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL
+        _restype_ = Int
+
+    functions = []
+    for name in names:
+        function = Function((name, Libc()))
+        functions.append(lambda *args, _f=function: _f(*(Long(a) for a in args)))
+    return functions
+
+
 def make_nondumpable():
-    """PR_SET_DUMPABLE 0: the program (same uid) cannot ptrace PID 1 or open
-    /proc/1/fd. Uses _ctypes directly; the ctypes package costs ~2 ms to import."""
+    """PR_SET_DUMPABLE 0: under runc the program (same uid) cannot ptrace PID 1 or
+    open /proc/1/fd. gVisor does not honour it (docs/isolation.md)."""
     try:
-        import _ctypes
-
-        class Int(_ctypes._SimpleCData):
-            _type_ = "i"
-
-        class Libc:
-            _handle = _ctypes.dlopen(None, os.RTLD_NOW)
-
-        class Function(_ctypes.CFuncPtr):
-            _flags_ = _ctypes.FUNCFLAG_CDECL
-            _restype_ = Int
-
-        prctl = Function(("prctl", Libc()))
+        (prctl,) = libc_functions("prctl")
         prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
         return prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE = 3
     except Exception:

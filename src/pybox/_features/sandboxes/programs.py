@@ -181,6 +181,7 @@ def attached(sandboxes: Sandboxes, sandbox_id: str) -> Iterator[tuple[SandboxRow
         uid=int(row.limits["uid"]),
         store=sandboxes.tag,
         egress=plan_for(row),
+        link_key=str(row.limits.get("link_key") or ""),
     )
     try:
         context = session.box_context(_lane(sandboxes, row))

@@ -78,5 +78,6 @@ def persists() -> dict[str, str]:
     return {
         "kept": "files in the workspace (/pybox/work) and packages installed with libraries",
         "not_kept": "variables, imports and processes: each run is a fresh process, and "
-        "nothing a run started is left running when it ends",
+        "nothing a run started is left running when it ends; files outside the workspace "
+        "and SysV IPC objects are removed between runs",
     }

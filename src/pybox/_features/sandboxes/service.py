@@ -146,6 +146,8 @@ class Sandboxes:
             "box": prepared.limits.to_dict(),
             "uid": box.spec.uid,
             "runtime": prepared.runtime.lane,
+            # Never shown: it proves the box's answers are its PID 1's (reattach.resync).
+            "link_key": box.link_key,
         }
         if net is not None:
             box_limits["egress"] = net.record()

@@ -43,6 +43,7 @@ from pybox._features.verify.case_runs import (
 )
 from pybox._features.verify.egress_case import run_egress_packages
 from pybox._features.verify.harness import Case, Suite
+from pybox._features.verify.ipc_case import run_sandbox_ipc
 from pybox._features.verify.limit_judges import (
     judge_cpu_spin,
     judge_disk_fill,
@@ -50,6 +51,7 @@ from pybox._features.verify.limit_judges import (
     judge_memory_bomb,
     judge_timeout_evasion,
 )
+from pybox._features.verify.link_case import run_bootstrap_link
 from pybox._features.verify.mcp_env_case import run_mcp_env
 from pybox._features.verify.posture_case import WEAKENINGS
 from pybox._features.verify.sandbox_case import run_sandbox
@@ -205,6 +207,22 @@ CASES: tuple[Case, ...] = (
         "process and no byte of the canary; the workspace is kept; pybox's file program reads "
         "and lists the truth; the box gone after destroy",
         run_sandbox,
+    ),
+    Case(
+        "sandbox_ipc",
+        "in a persistent sandbox, leave SysV shared memory, a semaphore set, a message queue, "
+        "a POSIX message queue and a /dev/shm file; look for each in the next run",
+        "the next run finds none of them (under gVisor the POSIX queue, which gVisor cannot "
+        "list, is said)",
+        run_sandbox_ipc,
+    ),
+    Case(
+        "bootstrap_link",
+        "in a persistent sandbox, open PID 1's descriptors, environment and memory; forge its "
+        "exit report on its stdout and read what pybox sends it next off its stdin",
+        "PID 1's memory never opens, nor under runc its descriptors or environment; a forged "
+        "report is refused (the run and the box end) and nothing pybox sends later is read",
+        run_bootstrap_link,
     ),
     Case(
         "posture",
