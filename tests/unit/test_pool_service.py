@@ -220,7 +220,7 @@ def test_a_service_that_dies_after_go_is_never_run_again(
 def test_the_client_imports_almost_nothing(state: StateStore, tmp_path: Path) -> None:
     """`pybox exec` through a service: no argparse, no session, no receipt, no
     typing or dataclasses; only the wire, the locations and the client."""
-    from tests.unit.test_cli_startup import HEAVY, imported_by
+    from tests.unit.test_cli_entry import HEAVY, imported_by
 
     thread = _fake_service(state, "answer 42")
     found = imported_by(["exec", "-"], tmp_path, stdin="print(6*7)\n")

@@ -20,6 +20,7 @@ from pybox._core.events import EventSink, RunEvent, RunStarted
 from pybox._core.limit_surfaces import cli_limit_fields
 from pybox._core.limits import FIELDS_BY_KEY, LimitRequest
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
+from pybox._frontends.cli._argparse_private import ParseKnown, intercept_parse
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_STOPPED,
@@ -310,10 +311,9 @@ def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> Non
     """Everything after the first `--` is the program's, wherever the options were,
     and only that: a stray word before `--` is refused, never passed on, so a
     typo cannot quietly become the program's argument (or the program)."""
-    parse = parser.parse_known_args
 
-    def parse_known_args(
-        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    def split_at_double_dash(
+        parse: ParseKnown, args: Sequence[str] | None, namespace: argparse.Namespace | None
     ) -> tuple[argparse.Namespace, list[str]]:
         given = list(sys.argv[1:] if args is None else args)
         rest: list[str] = []
@@ -324,7 +324,7 @@ def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> Non
         parsed.args = rest
         return parsed, extras
 
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
+    intercept_parse(parser, split_at_double_dash)
 
 
 def register(commands: Commands) -> None:
