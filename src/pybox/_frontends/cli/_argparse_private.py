@@ -42,17 +42,17 @@ if TYPE_CHECKING:
     _Base = argparse._SubParsersAction[argparse.ArgumentParser]
     # What `add_argument_group()` returns (annotations only).
     ArgumentGroup = argparse._ArgumentGroup
+    # Annotations only (a subscripted Callable costs every command at import).
+    ParseKnown = Callable[
+        [Sequence[str] | None, argparse.Namespace | None], tuple[argparse.Namespace, list[str]]
+    ]
+    # (argparse's own parse_known_args, the args, the namespace) -> what it returns
+    Interceptor = Callable[
+        [ParseKnown, Sequence[str] | None, argparse.Namespace | None],
+        tuple[argparse.Namespace, list[str]],
+    ]
 else:
     _Base = argparse._SubParsersAction
-
-ParseKnown = Callable[
-    [Sequence[str] | None, argparse.Namespace | None], tuple[argparse.Namespace, list[str]]
-]
-# (argparse's own parse_known_args, the args, the namespace) -> what it returns
-Interceptor = Callable[
-    [ParseKnown, Sequence[str] | None, argparse.Namespace | None],
-    tuple[argparse.Namespace, list[str]],
-]
 
 
 def actions_of(parser: argparse.ArgumentParser) -> list[argparse.Action]:

@@ -20,7 +20,7 @@ from pybox._core.events import EventSink, RunEvent, RunStarted
 from pybox._core.limit_surfaces import cli_limit_fields
 from pybox._core.limits import FIELDS_BY_KEY, LimitRequest
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
-from pybox._frontends.cli._argparse_private import ParseKnown, intercept_parse
+from pybox._frontends.cli._argparse_private import intercept_parse
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_STOPPED,
@@ -39,6 +39,7 @@ from pybox._orchestration.staging import check_destination
 
 if TYPE_CHECKING:
     from pybox._core.request import PreparedRun
+    from pybox._frontends.cli._argparse_private import ParseKnown
     from pybox._orchestration.session import Session
 
 EXEC_JSON_VERSION = 1
