@@ -268,7 +268,6 @@ def test_the_client_imports_almost_nothing(state: StateStore, tmp_path: Path) ->
         "pybox._version",
         "pybox._core",
         "pybox._core.errors",
-        "pybox._core.exec_options",  # exec's grammar, generated from its parser
         "pybox._core.lazy",
         "pybox._core.locations",
         "pybox._core.poolwire",

@@ -10,7 +10,6 @@ import pytest
 
 from pybox._adapters.config import config_file_path
 from pybox._adapters.state import default_state_dir
-from pybox._core import exec_options
 from pybox._core.locations import config_path, state_dir_path
 from pybox._core.poolwire import (
     MAX_HEADER_BYTES,
@@ -25,6 +24,7 @@ from pybox._core.poolwire import (
     identity_of,
     loads,
 )
+from pybox._frontends import poolclient
 from pybox._frontends.cli import _execoptions
 from pybox._frontends.cli._argparse_private import actions_of
 from pybox._frontends.cli._common import ArgumentParser
@@ -177,24 +177,24 @@ def test_the_client_takes_an_abbreviation_as_argparse_does() -> None:
     assert _plan(["exec", "--json=yes", "job.py"]) is None  # a value for a flag: refused
 
 
-# -- the client's exec grammar is exec's parser's (pybox._core.exec_options) ------------
+# -- the client's exec grammar is written from exec's parser (cli._execoptions) --------
 
-REGENERATE = f"run `{_execoptions.COMMAND}` and commit src/pybox/_core/exec_options.py"
+REGENERATE = f"Run `{_execoptions.COMMAND}` and commit src/pybox/_frontends/poolclient.py"
 
 
 def test_the_clients_table_is_written_from_exec_parser() -> None:
-    """The pool client's options are generated from `pybox exec`'s real parser."""
+    """The pool client's table of options is written from `pybox exec`'s real parser."""
     parser = _execoptions.exec_parser()
     valueless, one_value = _execoptions.grammar(parser)
     stale = sorted(
-        (set(valueless) ^ exec_options.VALUELESS) | (set(one_value) ^ exec_options.ONE_VALUE)
+        (set(valueless) ^ poolclient.VALUELESS) | (set(one_value) ^ poolclient.ONE_VALUE)
     )
     assert stale == [], (
         f"The pool client's table of exec's options is stale for {stale}: the client would "
-        f"misread a command line with them and run it cold, or worse. {REGENERATE}."
+        f"misread a command line with them and run it cold. {REGENERATE}."
     )
-    generated = Path(exec_options.__file__).read_text()
-    assert generated == _execoptions.render(parser), f"exec_options.py was edited: {REGENERATE}."
+    written = _execoptions.written(Path(poolclient.__file__).read_text())
+    assert written == _execoptions.render(parser), f"The client's table was edited. {REGENERATE}."
 
 
 def words_for(action: argparse.Action, option: str) -> list[str]:
@@ -294,7 +294,7 @@ def test_every_option_of_exec_that_names_a_file_is_sent_or_runs_cold() -> None:
         f"exec's options naming a file are {sorted(named)}: add a new one to the pool "
         "client's FILE_OPTIONS (and send it in `poolclient._plan`) or COLD_OPTIONS."
     )
-    assert set(exec_options.VALUELESS | exec_options.ONE_VALUE) >= COLD_OPTIONS
+    assert poolclient.VALUELESS | poolclient.ONE_VALUE >= COLD_OPTIONS
 
 
 @pytest.mark.parametrize(

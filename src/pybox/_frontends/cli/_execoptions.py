@@ -5,14 +5,18 @@ before anything else is imported, without argparse: which words are options,
 which of those take a value, so which word is the program and which are files
 to send. A second grammar kept by hand would drift: a new value-less flag on
 `exec` missing there would be read as taking the program for its value, and
-every run with it would silently lose the pool. So the client reads
-`pybox/_core/exec_options.py`, which `render()` writes from the parser the
-command line really uses; tests/unit/test_pool_wire.py fails, naming the
-option, when that file is stale. Regenerate it with
+every run with it would silently lose the pool. So the client's table of
+exec's options (between its BEGIN and END lines) is written by `render()`
+from the parser the command line really uses; tests/unit/test_pool_wire.py
+fails, naming the option, when it is stale. Rewrite it with
 
     python -m pybox._frontends.cli._execoptions
 
-Never imported when a command runs.
+The table is in the client's own file, not a module of its own: every `pybox
+exec`, cold or through the pool, imports the client first, and one more
+module costs each about 0.1 ms and one more in exec's import budget
+(tests/unit/test_cli_entry.py). This module is never imported when a command
+runs.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from pathlib import Path
 
 from pybox._frontends.cli._argparse_private import actions_of
 
-GENERATED = Path(__file__).resolve().parents[2] / "_core" / "exec_options.py"
+CLIENT = Path(__file__).resolve().parents[1] / "poolclient.py"
 COMMAND = "python -m pybox._frontends.cli._execoptions"
+BEGIN = "# BEGIN exec's options (generated from its parser: do not edit).\n"
+END = "# END exec's options.\n"
 
 
 def exec_parser() -> argparse.ArgumentParser:
@@ -72,23 +78,28 @@ def _frozenset(name: str, comment: str, items: list[str]) -> str:
 
 
 def render(parser: argparse.ArgumentParser | None = None) -> str:
-    """The text of pybox/_core/exec_options.py for `parser` (default: exec's)."""
+    """The client's table for `parser` (default: exec's), BEGIN and END lines included."""
     valueless, one_value = grammar(exec_parser() if parser is None else parser)
     return (
-        '"""`pybox exec`\'s options, for the pool client. Generated: do not edit.\n\n'
-        f"`{COMMAND}` writes this file from exec's\n"
-        "parser; tests/unit/test_pool_wire.py fails when it is stale.\n"
-        '"""\n\n'
+        BEGIN
         + _frozenset("VALUELESS", "Options that take no value.", valueless)
         + _frozenset(
             "ONE_VALUE", 'Options that take one value: the next word, or after "=".', one_value
         )
+        + END
     )
 
 
+def written(source: str) -> str:
+    """The table as `source` (the client's text) has it, BEGIN and END lines included."""
+    start = source.index(BEGIN)
+    return source[start : source.index(END, start) + len(END)]
+
+
 def main() -> int:
-    GENERATED.write_text(render())
-    print(f"wrote {GENERATED}")
+    source = CLIENT.read_text()
+    CLIENT.write_text(source.replace(written(source), render()))
+    print(f"wrote exec's options in {CLIENT}")
     return 0
 
 
