@@ -249,17 +249,17 @@ def test_the_client_reads_every_option_of_exec_as_its_parser_does() -> None:
 def test_a_new_flag_on_exec_without_regenerating_is_caught() -> None:
     """What the two tests above catch: a value-less flag added to exec alone."""
     parser = _execoptions.exec_parser()
-    parser.add_argument("--dry-run", action="store_true")
-    parser.add_argument("--seed", metavar="N")
+    parser.add_argument("--planted-flag", action="store_true")
+    parser.add_argument("--planted-value", metavar="N")
     assert misread_options(parser) == [
-        "--dry-run takes no value in exec's parser; the pool client reads --dry-run job.py "
-        "as program None",
-        "--seed takes one value in exec's parser; the pool client reads --seed v.txt job.py "
-        "as program None",
+        "--planted-flag takes no value in exec's parser; the pool client reads "
+        "--planted-flag job.py as program None",
+        "--planted-value takes one value in exec's parser; the pool client reads "
+        "--planted-value v.txt job.py as program None",
     ]
     valueless, one_value = _execoptions.grammar(parser)
-    assert "--dry-run" in valueless and "--seed" in one_value
-    assert "--dry-run" in _execoptions.render(parser)
+    assert "--planted-flag" in valueless and "--planted-value" in one_value
+    assert "--planted-flag" in _execoptions.render(parser)
 
 
 @pytest.mark.parametrize("nargs", ["?", "*", "+", 2])
