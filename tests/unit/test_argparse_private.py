@@ -179,6 +179,13 @@ def test_nothing_else_in_pybox_touches_argparses_private_names() -> None:
                 )
             ):
                 found.append(f"{path.relative_to(SRC)}:{node.lineno} .{node.attr}")
+            elif isinstance(node, ast.FunctionDef) and node.name in private_attrs:
+                found.append(f"{path.relative_to(SRC)}:{node.lineno} def {node.name}")
+            elif isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Attribute) and target.attr == "parse_known_args"
+                for target in node.targets
+            ):  # a parser's parsing replaced: rests on how argparse calls it
+                found.append(f"{path.relative_to(SRC)}:{node.lineno} .parse_known_args =")
     assert found == [], (
         "argparse's private API is used outside src/pybox/_frontends/cli/_argparse_private.py: "
         f"{found}. Add what you need there (with a test in this file), and call it."
