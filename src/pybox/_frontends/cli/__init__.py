@@ -17,7 +17,7 @@ A command line starts fast by importing only what its command needs: the
 groups are listed as `CommandGroup`s (each command's name and one-line help),
 and a group's module is imported, and its `register` run, only when one of its
 commands is chosen. `pybox version` and `pybox --help` import no command's
-implementation; tests/unit/test_cli_startup.py pins that.
+implementation; tests/unit/test_cli_entry.py pins that.
 """
 
 from __future__ import annotations

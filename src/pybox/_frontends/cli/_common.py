@@ -17,7 +17,8 @@ from pybox._frontends.cli._argparse_private import (
 )
 
 # What a command needs is imported where it is used: `pybox version` and
-# `pybox --help` import this module and no more (tests/unit/test_cli_startup.py).
+# `pybox --help` import this module, `_argparse_private` and no more
+# (tests/unit/test_cli_entry.py).
 # Not typing's TYPE_CHECKING: importing typing costs every command.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
