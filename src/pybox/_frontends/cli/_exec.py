@@ -1,4 +1,9 @@
-"""`pybox exec`: run one program in a fresh box."""
+"""`pybox exec`: run one program in a fresh box.
+
+Every cold `pybox exec` imports what this module imports at its top: the exec
+import budget (tests/unit/test_cli_entry.py) counts it. Import what only some
+runs need where it is used.
+"""
 
 from __future__ import annotations
 
