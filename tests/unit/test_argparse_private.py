@@ -146,13 +146,6 @@ def test_the_help_formatter_shows_defaults_through_get_help_string() -> None:
     assert "print JSON (default" not in shown
 
 
-def test_a_throwaway_parent_holds_given_commands() -> None:
-    child = argparse.ArgumentParser(prog="pybox late")
-    holder = private.parser_holding({"late": child})
-    [commands] = private.subcommand_actions(holder)
-    assert commands.choices == {"late": child}
-
-
 def test_nothing_else_in_pybox_touches_argparses_private_names() -> None:
     """The one place: any other `argparse._x` or `._actions`-like use is named here."""
     private_attrs = {

@@ -29,13 +29,14 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from pybox._core.errors import ConfigError, PyboxError, RequestRejected
-from pybox._frontends.cli._argparse_private import HelpFormatter, Subcommands, parser_holding
+from pybox._frontends.cli._argparse_private import HelpFormatter, Subcommands
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_REJECTED,
     EXIT_STOPPED,
     ArgumentParser,
     Commands,
+    finish_commands,
     finish_parsers,
     say,
 )
@@ -209,19 +210,11 @@ class _Commands(Subcommands):
         if unclaimed:
             raise RuntimeError(f"the registrar of {unclaimed} did not add them")  # a bug
         added = {*listed, *(set(parsers) - before)}
-        _finish_commands({name: parsers[name] for name in added})
+        # `pybox`'s own parser was finished before any command was added.
+        finish_commands(parsers[name] for name in added)
 
     def choosing(self, name: str) -> None:
         self.fill(name)
-
-
-def _finish_commands(children: Mapping[str, argparse.ArgumentParser]) -> None:
-    """`finish_parsers` for commands added after `pybox`'s own parser was finished.
-
-    `finish_parsers` finishes a parser's commands; these get it through a parent
-    made for the purpose and then dropped.
-    """
-    finish_parsers(parser_holding(children))
 
 
 def build_parser(

@@ -70,13 +70,6 @@ def subcommand_actions(parser: argparse.ArgumentParser) -> list[_Base]:
     return [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
 
 
-def parser_holding(children: Mapping[str, argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """A throwaway parser whose commands are `children` (to walk them as one tree)."""
-    holder = argparse.ArgumentParser(add_help=False)
-    holder.add_subparsers(prog="")._name_parser_map.update(children)  # prog: no usage formatted
-    return holder
-
-
 def intercept_parse(parser: argparse.ArgumentParser, interceptor: Interceptor) -> None:
     """`interceptor(parse, args, namespace)` parses for `parser` from now on, whether
     it is parsed itself or chosen as a command of another parser."""

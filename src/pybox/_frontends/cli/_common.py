@@ -6,7 +6,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from pybox._core.display import escape_lines, escape_text, plural
 from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
@@ -127,19 +127,27 @@ def finish_parsers(parser: argparse.ArgumentParser, epilog: str = EXIT_CODES_HEL
             # Run bare, a command group prints its help (exit 2) instead of one usage line.
             action.required = False
             parser.set_defaults(handler=lambda _args, shown=parser: _print_help(shown))
-        for child in dict.fromkeys(action.choices.values()):
-            for option in GLOBAL_OPTIONS:
-                if option not in options_of(child):
-                    # Its own dest and no default: the global value must not be overwritten.
-                    child.add_argument(
-                        option,
-                        action=_GlobalOnly,
-                        dest=f"misplaced_{option.lstrip('-')}",
-                        default=argparse.SUPPRESS,
-                        metavar="VALUE",
-                        help=argparse.SUPPRESS,
-                    )
-            finish_parsers(child, epilog)
+        finish_commands(action.choices.values(), epilog)
+
+
+def finish_commands(
+    children: Iterable[argparse.ArgumentParser], epilog: str = EXIT_CODES_HELP
+) -> None:
+    """What `finish_parsers` gives a parser's commands, for commands added after it
+    ran (no parent parser is made for them: each one costs every command line)."""
+    for child in dict.fromkeys(children):
+        for option in GLOBAL_OPTIONS:
+            if option not in options_of(child):
+                # Its own dest and no default: the global value must not be overwritten.
+                child.add_argument(
+                    option,
+                    action=_GlobalOnly,
+                    dest=f"misplaced_{option.lstrip('-')}",
+                    default=argparse.SUPPRESS,
+                    metavar="VALUE",
+                    help=argparse.SUPPRESS,
+                )
+        finish_parsers(child, epilog)
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:
