@@ -311,7 +311,7 @@ def test_a_broken_store_is_an_error_naming_the_file(
 def test_import_pybox_and_the_light_commands_do_not_import_sqlite3(
     argv: list[str] | None, tmp_path: Path
 ) -> None:
-    from tests.unit.test_cli_startup import imported_by
+    from tests.unit.test_cli_entry import imported_by
 
     modules = imported_by(argv, tmp_path)["modules"]
     assert isinstance(modules, list)
@@ -321,7 +321,7 @@ def test_import_pybox_and_the_light_commands_do_not_import_sqlite3(
 @pytest.mark.parametrize("argv", [["runs", "list"], ["audit", "tail"], ["audit", "verify"]])
 def test_runs_and_audit_open_the_store_alone(argv: list[str], tmp_path: Path) -> None:
     """No engine, no session, no box: reading the records costs only the store."""
-    from tests.unit.test_cli_startup import imported_by
+    from tests.unit.test_cli_entry import imported_by
 
     found = imported_by(argv, tmp_path)
     assert found["code"] == 0, found["stderr"]

@@ -30,6 +30,7 @@ from pybox._core.limits import (
 )
 from pybox._frontends import api
 from pybox._frontends.cli import _exec, _repair
+from pybox._frontends.cli._argparse_private import options_of
 from pybox._frontends.cli._common import ArgumentParser
 
 # -- the CLI --------------------------------------------------------------------------
@@ -77,7 +78,7 @@ def test_repair_takes_the_same_limit_flags() -> None:
     commands = parser.add_subparsers()
     _repair.register(commands)
     repair = commands.choices["repair"]
-    flags = set(repair._option_string_actions)
+    flags = set(options_of(repair))
     assert set(_exec.LIMIT_FLAGS) <= flags
 
 

@@ -131,7 +131,6 @@ def test_another_uid_is_refused_and_logged(
         (["exec", "--timeout", "nope", "job.py"], {}, "the request is refused"),
         (["exec", "--env", "X", "job.py"], {}, "the request is refused"),
         (["exec", "job.py"], {"PYBOX_DEFAULT_TIMEOUT_S": "3"}, "environment differs"),
-        (["exec", "--inp", "data.csv", "job.py"], {}, "did not send the input file"),
     ],
 )
 def test_what_the_service_will_not_take_runs_cold(
@@ -150,6 +149,40 @@ def test_what_the_service_will_not_take_runs_cold(
     assert exec_through_service(argv) == (None, None)
     assert "create" not in [name for name, _ in engine.calls]
     assert why in _log(service)
+
+
+def test_a_file_the_client_did_not_send_runs_cold(
+    service: PoolService, engine: FakeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service reads only the files the client sent: a command line naming one
+    it did not send (a client that misread it) runs cold, nothing started."""
+    from pybox._frontends import poolclient
+
+    plan = poolclient._plan
+
+    def without_files(argv: list[str]) -> object:
+        found = plan(argv)
+        assert found is not None
+        found.files = []
+        return found
+
+    monkeypatch.setattr(poolclient, "_plan", without_files)
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    (tmp_path / "data.csv").write_text("1,2\n")
+    assert exec_through_service(["exec", "--input", "data.csv", "job.py"]) == (None, None)
+    assert "create" not in [name for name, _ in engine.calls]
+    assert "did not send the input file" in _log(service)
+
+
+def test_an_abbreviated_option_goes_through_the_service(
+    service: PoolService, engine: FakeEngine, tmp_path: Path
+) -> None:
+    """`--inp` is `--input` to argparse, and so to the client: its file is sent."""
+    (tmp_path / "job.py").write_text("print(6*7)\n")
+    (tmp_path / "data.csv").write_text("1,2\n")
+    code, _ = exec_through_service(["exec", "--inp", "data.csv", "--js", "job.py"])
+    assert code == 0
+    assert service.status()["served"] == 1
 
 
 def test_without_a_service_the_client_says_run_cold(tmp_path: Path) -> None:
@@ -220,7 +253,7 @@ def test_a_service_that_dies_after_go_is_never_run_again(
 def test_the_client_imports_almost_nothing(state: StateStore, tmp_path: Path) -> None:
     """`pybox exec` through a service: no argparse, no session, no receipt, no
     typing or dataclasses; only the wire, the locations and the client."""
-    from tests.unit.test_cli_startup import HEAVY, imported_by
+    from tests.unit.test_cli_entry import HEAVY, imported_by
 
     thread = _fake_service(state, "answer 42")
     found = imported_by(["exec", "-"], tmp_path, stdin="print(6*7)\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -23,7 +24,11 @@ from pybox._core.poolwire import (
     identity_of,
     loads,
 )
-from pybox._frontends.poolclient import _plan
+from pybox._frontends import poolclient
+from pybox._frontends.cli import _execoptions
+from pybox._frontends.cli._argparse_private import actions_of
+from pybox._frontends.cli._common import ArgumentParser
+from pybox._frontends.poolclient import COLD_OPTIONS, FILE_OPTIONS, _plan, exec_option
 
 
 def _exec_header(**changes: object) -> dict[str, object]:
@@ -161,6 +166,135 @@ def test_the_client_reads_what_a_plain_exec_names() -> None:
 )
 def test_anything_else_runs_cold(argv: list[str]) -> None:
     assert _plan(argv) is None
+
+
+def test_the_client_takes_an_abbreviation_as_argparse_does() -> None:
+    plan = _plan(["exec", "--inp", "a.csv", "--js", "--tim", "5", "job.py"])
+    assert plan is not None and (plan.program, plan.files) == ("job.py", ["a.csv"])
+    assert exec_option("--output-l") == "--output-limit"
+    assert exec_option("--out") is None  # --output or --output-limit: argparse refuses it
+    assert exec_option("--nope") is None and exec_option("-x") is None
+    assert _plan(["exec", "--json=yes", "job.py"]) is None  # a value for a flag: refused
+
+
+# -- the client's exec grammar is written from exec's parser (cli._execoptions) --------
+
+REGENERATE = f"Run `{_execoptions.COMMAND}` and commit src/pybox/_frontends/poolclient.py"
+
+
+def test_the_clients_table_is_written_from_exec_parser() -> None:
+    """The pool client's table of options is written from `pybox exec`'s real parser."""
+    parser = _execoptions.exec_parser()
+    valueless, one_value = _execoptions.grammar(parser)
+    stale = sorted(
+        (set(valueless) ^ poolclient.VALUELESS) | (set(one_value) ^ poolclient.ONE_VALUE)
+    )
+    assert stale == [], (
+        f"The pool client's table of exec's options is stale for {stale}: the client would "
+        f"misread a command line with them and run it cold. {REGENERATE}."
+    )
+    written = _execoptions.written(Path(poolclient.__file__).read_text())
+    assert written == _execoptions.render(parser), f"The client's table was edited. {REGENERATE}."
+
+
+def words_for(action: argparse.Action, option: str) -> list[str]:
+    """`option` as a command line gives it: alone, or with a value it accepts."""
+    if action.nargs == 0:
+        return [option]
+    return [option, str(next(iter(action.choices))) if action.choices else "v.txt"]
+
+
+def misread_options(parser: argparse.ArgumentParser) -> list[str]:
+    """Each option of `parser` the pool client does not read as the parser does: for
+    every option, a command line with it (and a value if it takes one) before the
+    program, parsed by both."""
+    wrong = []
+    for action in actions_of(parser):
+        for option in action.option_strings:
+            argv = ["exec", *words_for(action, option), "job.py"]
+            plan = _plan(argv)
+            if option in COLD_OPTIONS:
+                if plan is not None:
+                    wrong.append(f"{option}: served by the pool, but it runs cold (COLD_OPTIONS)")
+                continue
+            if plan is None or plan.program != "job.py":
+                taken = "takes no value" if action.nargs == 0 else "takes one value"
+                wrong.append(
+                    f"{option} {taken} in exec's parser; the pool client reads "
+                    f"{' '.join(argv[1:])} as program {None if plan is None else plan.program}"
+                )
+            elif option in FILE_OPTIONS and "v.txt" not in [*plan.files, plan.stdin_file]:
+                wrong.append(f"{option}: its file is not sent to the service")
+    return wrong
+
+
+def test_the_client_reads_every_option_of_exec_as_its_parser_does() -> None:
+    parser = _execoptions.exec_parser()
+    for action in actions_of(parser):  # the parser agrees on what it parsed
+        for option in action.option_strings:
+            if option not in COLD_OPTIONS:
+                try:
+                    parsed = parser.parse_args([*words_for(action, option), "job.py"])
+                except SystemExit:  # a global option after the command: refused, said
+                    assert option in ("--config", "--engine"), option
+                    continue
+                assert parsed.program == "job.py", option
+    wrong = misread_options(parser)
+    assert wrong == [], (
+        f"The pool client misreads options of `pybox exec`: {wrong}. A run with one would "
+        f"silently lose the pool (or be refused by it). {REGENERATE}."
+    )
+
+
+def test_a_new_flag_on_exec_without_regenerating_is_caught() -> None:
+    """What the two tests above catch: a value-less flag added to exec alone."""
+    parser = _execoptions.exec_parser()
+    parser.add_argument("--planted-flag", action="store_true")
+    parser.add_argument("--planted-value", metavar="N")
+    assert misread_options(parser) == [
+        "--planted-flag takes no value in exec's parser; the pool client reads "
+        "--planted-flag job.py as program None",
+        "--planted-value takes one value in exec's parser; the pool client reads "
+        "--planted-value v.txt job.py as program None",
+    ]
+    valueless, one_value = _execoptions.grammar(parser)
+    assert "--planted-flag" in valueless and "--planted-value" in one_value
+    assert "--planted-flag" in _execoptions.render(parser)
+
+
+@pytest.mark.parametrize("nargs", ["?", "*", "+", 2])
+def test_an_option_the_client_cannot_read_word_by_word_is_refused_when_added(
+    nargs: str | int,
+) -> None:
+    parser = ArgumentParser(prog="pybox exec")
+    parser.add_argument("program")
+    parser.add_argument("--maybe", nargs=nargs)
+    with pytest.raises(ValueError, match="--maybe takes nargs"):
+        _execoptions.grammar(parser)
+
+
+def test_a_second_positional_is_refused_when_added() -> None:
+    parser = ArgumentParser(prog="pybox exec")
+    parser.add_argument("program")
+    parser.add_argument("extra")
+    with pytest.raises(ValueError, match=r"positionals \['program', 'extra'\]"):
+        _execoptions.grammar(parser)
+
+
+def test_every_option_of_exec_that_names_a_file_is_sent_or_runs_cold() -> None:
+    """A new option naming a file (FILE, DIR) must be sent by the client or run cold:
+    the service reads no file of its own."""
+    named = {
+        option
+        for action in actions_of(_execoptions.exec_parser())
+        if action.metavar in ("FILE", "DIR", "PATH")
+        for option in action.option_strings
+    }
+    assert named == FILE_OPTIONS | {"--output"}, (
+        f"exec's options naming a file are {sorted(named)}: add a new one to the pool "
+        "client's FILE_OPTIONS (and send it in `poolclient._plan`) or COLD_OPTIONS."
+    )
+    assert poolclient.VALUELESS | poolclient.ONE_VALUE >= COLD_OPTIONS
 
 
 @pytest.mark.parametrize(

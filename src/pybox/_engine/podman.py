@@ -151,7 +151,7 @@ class PodmanEngine(DockerEngine):
         commits cannot say it. The export streams into the import, never held whole;
         the image is read back and removed again if its configuration differs."""
         # Imported here, as the registry calls are: a run never commits or pushes,
-        # and exec's start-up stays small (tests/unit/test_cli_startup.py).
+        # and exec's start-up stays small (tests/unit/test_cli_entry.py).
         from pybox._engine.podman_commit import (
             EXPORT_DEADLINE_S,
             EXPORT_IDLE_TIMEOUT_S,

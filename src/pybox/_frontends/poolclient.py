@@ -44,10 +44,46 @@ from pybox._core.poolwire import (
 EXIT_PYBOX_FAILED = 125
 EXIT_STOPPED = 130
 PREPARE_TIMEOUT_S = 30.0
-# exec's options that take no value; every other option takes one.
-_FLAGS = frozenset({"--json", "--quiet", "-q"})
-_COLD = frozenset({"-h", "--help", "--output"})  # printed or written here: run cold
-_COLD_PREFIXED = ("--help", "--output")
+# Which of exec's options take a value is its parser's word: this table is written
+# from that parser by `python -m pybox._frontends.cli._execoptions`, and a unit test
+# fails when it is stale (tests/unit/test_pool_wire.py).
+# BEGIN exec's options (generated from its parser: do not edit).
+# Options that take no value.
+VALUELESS = frozenset(
+    {
+        "--help",
+        "--json",
+        "--quiet",
+        "-h",
+        "-q",
+    }
+)
+# Options that take one value: the next word, or after "=".
+ONE_VALUE = frozenset(
+    {
+        "--config",
+        "--cpus",
+        "--egress",
+        "--engine",
+        "--env",
+        "--image",
+        "--input",
+        "--memory",
+        "--open-files",
+        "--output",
+        "--output-limit",
+        "--pids",
+        "--runtime",
+        "--stdin",
+        "--timeout",
+        "--writable",
+    }
+)
+# END exec's options.
+# These the service does not serve: printed or written here, so run cold.
+COLD_OPTIONS = frozenset({"-h", "--help", "--output"})
+# The options whose value is a file the service needs (the client sends it).
+FILE_OPTIONS = frozenset({"--input", "--stdin"})
 
 
 class _Plan:
@@ -78,15 +114,18 @@ def _plan(argv: list[str]) -> _Plan | None:
         at += 1
         if item == "--":
             break
-        name, eq, value = item.partition("=")
-        if name in _COLD or (len(name) > 2 and any(c.startswith(name) for c in _COLD_PREFIXED)):
-            return None  # argparse takes an unambiguous prefix: --out is --output
         if item == "-" or not item.startswith("-"):
             if plan.program is not None:
                 return None  # the parser refuses it: let the cold path say so
             plan.program = item
             continue
-        if item in _FLAGS:
+        given, eq, value = item.partition("=")
+        name = exec_option(given)
+        if name is None or name in COLD_OPTIONS:
+            return None  # unknown or ambiguous (the parser says so), or served here
+        if name in VALUELESS:
+            if eq:
+                return None  # a value for a flag: the parser refuses it
             continue
         if not eq:
             if at >= len(argv):
@@ -97,6 +136,18 @@ def _plan(argv: list[str]) -> _Plan | None:
         elif name == "--stdin":
             plan.stdin_file = value
     return plan if plan.program is not None else None
+
+
+def exec_option(given: str) -> str | None:
+    """The option of exec's that argparse takes `given` for: itself, or the one long
+    option it is an unambiguous prefix of (`--out` is not one: `--output`,
+    `--output-limit`); None when there is none."""
+    if given in VALUELESS or given in ONE_VALUE:
+        return given
+    if not given.startswith("--") or len(given) < 3:
+        return None
+    found = [name for name in (*VALUELESS, *ONE_VALUE) if name.startswith(given)]
+    return found[0] if len(found) == 1 else None
 
 
 def _state_dir(config: str | None) -> str | None:

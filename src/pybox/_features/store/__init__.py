@@ -3,7 +3,7 @@ an append-only, hash-chained audit log (docs/store.md).
 
 The names are imported on first use: importing this package costs nothing, and
 only `Store` (in `database`) imports sqlite3, so `import pybox` and a command that
-never opens the store do not pay for it (tests/unit/test_cli_startup.py).
+never opens the store do not pay for it (tests/unit/test_cli_entry.py).
 """
 
 from __future__ import annotations

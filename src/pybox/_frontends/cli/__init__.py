@@ -17,7 +17,7 @@ A command line starts fast by importing only what its command needs: the
 groups are listed as `CommandGroup`s (each command's name and one-line help),
 and a group's module is imported, and its `register` run, only when one of its
 commands is chosen. `pybox version` and `pybox --help` import no command's
-implementation; tests/unit/test_cli_startup.py pins that.
+implementation; tests/unit/test_cli_entry.py pins that.
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from pybox._core.errors import ConfigError, PyboxError, RequestRejected
+from pybox._frontends.cli._argparse_private import HelpFormatter, Subcommands
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_REJECTED,
     EXIT_STOPPED,
     ArgumentParser,
     Commands,
-    HelpFormatter,
+    finish_commands,
     finish_parsers,
     say,
 )
@@ -46,10 +47,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
     from typing import Any, TextIO
-
-    _SubParsers = argparse._SubParsersAction[ArgumentParser]
-else:
-    _SubParsers = argparse._SubParsersAction
 
 Registrar = Callable[[Commands], None]
 
@@ -154,11 +151,12 @@ class _SizedHelpFormatter(HelpFormatter):
 __all__ = ["COMMAND_GROUPS", "CommandGroup", "Commands", "Registrar", "build_parser", "main"]
 
 
-class _Commands(_SubParsers):
+class _Commands(Subcommands):
     """`pybox`'s commands. A command listed by a `CommandGroup` is named (its choice
     and its help line) before it has a parser: its group's registrar makes the
     parser when the command is chosen, for its help too. Until then the name maps
-    to one shared, empty stand-in, so argparse knows it as a choice."""
+    to one shared, empty stand-in, so argparse knows it as a choice. (What this
+    takes of argparse's private API is in `_argparse_private`.)"""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -171,23 +169,19 @@ class _Commands(_SubParsers):
             self._run_registrar(group, ())  # a bare registrar adds its commands now
             return
         for name, help_text in group.commands.items():
-            if name in self._name_parser_map:
-                raise argparse.ArgumentError(self, f"conflicting subparser: {name}")
-            self._choices_actions.append(self._ChoicesPseudoAction(name, (), help_text))
-            self._name_parser_map[name] = self._stand_in
+            self.name_command(name, help_text, self._stand_in)
             self._waiting[name] = group
 
     def add_parser(self, name: str, **kwargs: Any) -> ArgumentParser:
         kwargs.setdefault("formatter_class", _SizedHelpFormatter)
-        if name not in self._claimable:
-            return super().add_parser(name, **kwargs)
-        # A listed command: its help line is there already, and its parser takes
-        # the stand-in's place (the order of the commands stays as listed).
-        self._claimable.discard(name)
-        kwargs.pop("help", None)
-        kwargs.setdefault("prog", f"{self._prog_prefix} {name}")
-        parser = self._parser_class(**kwargs)
-        self._name_parser_map[name] = parser
+        if name in self._claimable:
+            # A listed command: its help line is there already, and its parser takes
+            # the stand-in's place (the order of the commands stays as listed).
+            self._claimable.discard(name)
+            parser = self.put_parser(name, **kwargs)
+        else:
+            parser = super().add_parser(name, **kwargs)
+        assert isinstance(parser, ArgumentParser)  # parser_class: every parser is ours
         return parser
 
     def fill(self, name: str) -> None:
@@ -205,7 +199,8 @@ class _Commands(_SubParsers):
             self.fill(name)
 
     def _run_registrar(self, register: Registrar, listed: Sequence[str]) -> None:
-        before = set(self._name_parser_map)
+        parsers = self.parsers()
+        before = set(parsers)
         self._claimable = set(listed)
         try:
             register(self)
@@ -214,29 +209,12 @@ class _Commands(_SubParsers):
             self._claimable = set()
         if unclaimed:
             raise RuntimeError(f"the registrar of {unclaimed} did not add them")  # a bug
-        added = {*listed, *(set(self._name_parser_map) - before)}
-        _finish_commands({name: self._name_parser_map[name] for name in added})
+        added = {*listed, *(set(parsers) - before)}
+        # `pybox`'s own parser was finished before any command was added.
+        finish_commands(parsers[name] for name in added)
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        self.fill(values[0])  # the chosen command's name
-        super().__call__(parser, namespace, values, option_string)
-
-
-def _finish_commands(children: Mapping[str, ArgumentParser]) -> None:
-    """`finish_parsers` for commands added after `pybox`'s own parser was finished.
-
-    `finish_parsers` finishes a parser's commands; these get it through a parent
-    made for the purpose and then dropped.
-    """
-    holder = argparse.ArgumentParser(add_help=False)
-    holder.add_subparsers(prog="")._name_parser_map.update(children)  # prog: no usage to format
-    finish_parsers(holder)
+    def choosing(self, name: str) -> None:
+        self.fill(name)
 
 
 def build_parser(

@@ -6,13 +6,19 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from pybox._core.display import escape_lines, escape_text, plural
 from pybox._core.errors import ConfigError, InvalidRequest, PyboxError
+from pybox._frontends.cli._argparse_private import (
+    HelpFormatter,
+    options_of,
+    subcommand_actions,
+)
 
 # What a command needs is imported where it is used: `pybox version` and
-# `pybox --help` import this module and no more (tests/unit/test_cli_startup.py).
+# `pybox --help` import this module, `_argparse_private` and no more
+# (tests/unit/test_cli_entry.py).
 # Not typing's TYPE_CHECKING: importing typing costs every command.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,6 +26,7 @@ if TYPE_CHECKING:
 
     from pybox._core.limits import LimitField
     from pybox._core.receipt import Receipt
+    from pybox._frontends.cli._argparse_private import ArgumentGroup
     from pybox._orchestration.hosts import ToolPaths
     from pybox._orchestration.session import Session
 
@@ -61,25 +68,6 @@ exit codes:
 GLOBAL_OPTIONS = ("--config", "--engine")
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the exit-code epilog as written and shows each option's default.
-
-    Unlike ArgumentDefaultsHelpFormatter it says nothing for options without a
-    default (None, False) and leaves help that already names its default alone.
-    """
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        default = action.default
-        if (
-            not action.option_strings
-            or default in (None, False, argparse.SUPPRESS)
-            or "default" in text
-        ):
-            return action.help
-        return f"{text} (default: %(default)s)"
-
-
 class ArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
@@ -97,7 +85,7 @@ class ArgumentParser(argparse.ArgumentParser):
             flag = unknown[0].split("=", 1)[0]
             import difflib
 
-            known = [o for o in self._option_string_actions if o.startswith("--")]
+            known = [o for o in options_of(self) if o.startswith("--")]
             near = difflib.get_close_matches(flag, known, n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
             self.error(f"unknown option {flag}{hint}")
@@ -134,26 +122,32 @@ def finish_parsers(parser: argparse.ArgumentParser, epilog: str = EXIT_CODES_HEL
     parser.set_defaults(pybox_parser=parser)
     if parser.epilog is None:
         parser.epilog = epilog
-    for action in parser._actions:
-        if not isinstance(action, argparse._SubParsersAction):
-            continue
+    for action in subcommand_actions(parser):
         if action.required:
             # Run bare, a command group prints its help (exit 2) instead of one usage line.
             action.required = False
             parser.set_defaults(handler=lambda _args, shown=parser: _print_help(shown))
-        for child in dict.fromkeys(action.choices.values()):
-            for option in GLOBAL_OPTIONS:
-                if option not in child._option_string_actions:
-                    # Its own dest and no default: the global value must not be overwritten.
-                    child.add_argument(
-                        option,
-                        action=_GlobalOnly,
-                        dest=f"misplaced_{option.lstrip('-')}",
-                        default=argparse.SUPPRESS,
-                        metavar="VALUE",
-                        help=argparse.SUPPRESS,
-                    )
-            finish_parsers(child, epilog)
+        finish_commands(action.choices.values(), epilog)
+
+
+def finish_commands(
+    children: Iterable[argparse.ArgumentParser], epilog: str = EXIT_CODES_HELP
+) -> None:
+    """What `finish_parsers` gives a parser's commands, for commands added after it
+    ran (no parent parser is made for them: each one costs every command line)."""
+    for child in dict.fromkeys(children):
+        for option in GLOBAL_OPTIONS:
+            if option not in options_of(child):
+                # Its own dest and no default: the global value must not be overwritten.
+                child.add_argument(
+                    option,
+                    action=_GlobalOnly,
+                    dest=f"misplaced_{option.lstrip('-')}",
+                    default=argparse.SUPPRESS,
+                    metavar="VALUE",
+                    help=argparse.SUPPRESS,
+                )
+        finish_parsers(child, epilog)
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:
@@ -300,7 +294,7 @@ def json_error(version_key: str, version: int, exc: PyboxError) -> str:
 
 
 def add_bounded_flags(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    parser: argparse.ArgumentParser | ArgumentGroup,
     flags: FlagTable,
     fields: Mapping[str, LimitField],
 ) -> None:

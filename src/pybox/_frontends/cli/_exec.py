@@ -1,4 +1,9 @@
-"""`pybox exec`: run one program in a fresh box."""
+"""`pybox exec`: run one program in a fresh box.
+
+Every cold `pybox exec` imports what this module imports at its top: the exec
+import budget (tests/unit/test_cli_entry.py) counts it. Import what only some
+runs need where it is used.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from pybox._core.events import EventSink, RunEvent, RunStarted
 from pybox._core.limit_surfaces import cli_limit_fields
 from pybox._core.limits import FIELDS_BY_KEY, LimitRequest
 from pybox._core.request import CODE_NAME_RE, InputFile, RunRequest, check_input_name
+from pybox._frontends.cli._argparse_private import intercept_parse
 from pybox._frontends.cli._common import (
     EXIT_PYBOX_FAILED,
     EXIT_STOPPED,
@@ -38,6 +44,7 @@ from pybox._orchestration.staging import check_destination
 
 if TYPE_CHECKING:
     from pybox._core.request import PreparedRun
+    from pybox._frontends.cli._argparse_private import ParseKnown
     from pybox._orchestration.session import Session
 
 EXEC_JSON_VERSION = 1
@@ -310,10 +317,9 @@ def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> Non
     """Everything after the first `--` is the program's, wherever the options were,
     and only that: a stray word before `--` is refused, never passed on, so a
     typo cannot quietly become the program's argument (or the program)."""
-    parse = parser.parse_known_args
 
-    def parse_known_args(
-        args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    def split_at_double_dash(
+        parse: ParseKnown, args: Sequence[str] | None, namespace: argparse.Namespace | None
     ) -> tuple[argparse.Namespace, list[str]]:
         given = list(sys.argv[1:] if args is None else args)
         rest: list[str] = []
@@ -324,7 +330,7 @@ def _program_arguments_after_double_dash(parser: argparse.ArgumentParser) -> Non
         parsed.args = rest
         return parsed, extras
 
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign,assignment]
+    intercept_parse(parser, split_at_double_dash)
 
 
 def register(commands: Commands) -> None:
