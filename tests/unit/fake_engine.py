@@ -18,8 +18,9 @@ from typing import Any
 from pybox._adapters.confinement import host_apparmor
 from pybox._core import wire
 from pybox._core.errors import EngineAnswerTooLarge, EngineAPIError, EngineError
-from pybox._core.readback import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS
+from pybox._core.seal import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS, SealTranslation
 from pybox._engine import EngineEndpoint, JSONObject
+from pybox._engine.docker_seal import DOCKER_SEAL
 from pybox._engine.interface import ARCHIVE_MAX_BYTES
 from pybox._inbox import bootstrap_source
 
@@ -298,6 +299,9 @@ class FakeEngine:
     """In-memory engine. `calls` records every operation in order."""
 
     name = "docker"
+    seal: SealTranslation = DOCKER_SEAL
+    stdin_keeper = False
+    commit_how = ""
 
     def __init__(self, script: Script | None = None) -> None:
         self.script = script or Script()

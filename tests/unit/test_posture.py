@@ -10,13 +10,15 @@ import pytest
 from pybox._adapters.confinement import seccomp_profile
 from pybox._adapters.state import StateStore
 from pybox._core.limits import BUILTIN_DEFAULTS, Policy
-from pybox._core.posture import BOX_USER, BoxSpec, create_body, requirements, verify
-from pybox._core.readback import Check, Requirement
+from pybox._core.posture import BOX_USER
+from pybox._core.posture import RunBoxSpec as BoxSpec
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
+from pybox._core.seal import Check, Requirement
 from pybox._core.seccomp import Confinement
 from pybox._orchestration.session import Session
 from tests.unit.fake_engine import FakeEngine
+from tests.unit.seal_helpers import create_body, requirements, verify
 
 SPEC = BoxSpec(
     run_id="0123456789abcdef",
@@ -182,3 +184,14 @@ def test_thread_counts_follow_the_cpu_limit(cpus: float, threads: str) -> None:
     environment = dict(item.split("=", 1) for item in spec.environment())
     assert environment["OMP_NUM_THREADS"] == threads
     assert environment["OPENBLAS_NUM_THREADS"] == threads
+
+
+def test_a_runtime_annotation_is_refused() -> None:
+    """The seal rule added with the seam: an engine that shows an annotation for the
+    box's runtime (Docker's HostConfig.Annotations, API 1.43 and later) gave it one
+    pybox never sends: the box is refused, whichever kind it is."""
+    document = inspect_document(SPEC)
+    assert verify(SPEC, document).ok
+    assert "Annotations" not in create_body(SPEC)["HostConfig"]
+    document["HostConfig"]["Annotations"] = {"run.oci.keep_original_groups": "1"}
+    assert [m.field for m in verify(SPEC, document).mismatches] == ["HostConfig.Annotations"]

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pybox._core.errors import EngineAPIError, EngineError
+from pybox._core.seal import SealTranslation
+from pybox._engine.docker_seal import DOCKER_SEAL
 from pybox._engine.interface import ARCHIVE_MAX_BYTES, JSONObject
 from pybox._engine.networks import NetworkCalls
 from pybox._engine.plumbing import NO_AUTH
@@ -19,6 +21,10 @@ class DockerEngine(NetworkCalls):
 
     # pybox's name for the engine (receipts, doctor); PodmanEngine says "podman".
     name = "docker"
+    # Its translations of a sealed box (pybox._core.seal): PodmanEngine has its own.
+    seal: SealTranslation = DOCKER_SEAL
+    stdin_keeper = False
+    commit_how = ""
 
     # -- system ---------------------------------------------------------------
 

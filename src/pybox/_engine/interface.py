@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from pybox._core.seal import SealTranslation
 from pybox._engine.endpoint import EngineEndpoint
 
 JSONObject = dict[str, Any]
@@ -47,6 +48,21 @@ class BoxEngine(Protocol):
 
     @property
     def endpoint(self) -> EngineEndpoint: ...
+
+    @property
+    def seal(self) -> SealTranslation:
+        """This backend's translations of a sealed box: its create request, its read-back."""
+        ...
+
+    @property
+    def stdin_keeper(self) -> bool:
+        """A sandbox's stdin is held open by a keeper process (Podman), which may end."""
+        ...
+
+    @property
+    def commit_how(self) -> str:
+        """How a commit is made when not as the engine's own layer ("" when it is)."""
+        ...
 
     @property
     def api_version(self) -> str: ...

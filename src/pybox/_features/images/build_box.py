@@ -15,11 +15,7 @@ from typing import Any
 
 from pybox._adapters.piptool import PipSettings
 from pybox._adapters.rootfs import Progress
-from pybox._core.build_posture import (
-    BuildBoxSpec,
-    build_readback_requirements,
-    build_requirements,
-)
+from pybox._core.build_posture import BuildBoxSpec, build_box
 from pybox._core.display import plural
 from pybox._core.errors import ImageBuildError, PyboxError
 from pybox._core.limits import MIB
@@ -31,7 +27,7 @@ from pybox._core.posture import (
     LABEL_RUN_ID,
     LABEL_VERSION,
 )
-from pybox._core.readback import PostureReport, body_from, check_requirements
+from pybox._core.seal import BoxFacts, PostureReport, SealTranslation, check
 from pybox._core.seccomp import Confinement
 from pybox._engine import Engine, JSONObject
 
@@ -97,7 +93,6 @@ def build_box_spec(
     lifetime_s: int = BUILD_TIMEOUT_S,
     memory_bytes: int = BUILD_MEMORY_BYTES,
     tmp_bytes: int = BUILD_TMP_BYTES,
-    engine: str = "docker",
 ) -> BuildBoxSpec:
     """A build box's spec; an install box (pybox._features.sandboxes.install) is one
     too, with the sandbox's image and Python, a shorter life and smaller caps."""
@@ -115,18 +110,17 @@ def build_box_spec(
         ),
         # Created on the bridge so it can be attached later; detached before start.
         network=BUILD_NETWORK,
-        tmpfs=(("/tmp", f"rw,nosuid,nodev,noexec,size={tmp_bytes},mode=1777"),),
+        tmp_bytes=tmp_bytes,
         memory_bytes=memory_bytes,
         cpus=cpus,
         pids=BUILD_PIDS,
         confinement=confinement,
-        engine=engine,
     )
 
 
-def build_box_body(spec: BuildBoxSpec) -> JSONObject:
-    """The build box's create body, built from its posture table only."""
-    return body_from(build_requirements(spec))
+def build_box_body(seal: SealTranslation, spec: BuildBoxSpec) -> JSONObject:
+    """The build box's create request, built by the backend from its rules only."""
+    return seal.create_request(build_box(spec))
 
 
 def read_back_build_box(
@@ -142,7 +136,7 @@ def read_back_build_box(
     inspected = engine.inspect_container(container_id)
     if inspected is None:
         raise error(f"The {box} vanished between create and inspect.")
-    report = check_requirements(build_readback_requirements(spec), inspected)
+    report = check(build_box(spec), BoxFacts(engine.seal, inspected))
     if not report.ok:
         details = "; ".join(m.describe() for m in report.mismatches[:5])
         raise error(
