@@ -55,6 +55,12 @@ class DockerEngine(NetworkCalls):
         """Docker's answers name no cgroup path: the sampler looks in its usual layouts."""
         return None
 
+    @staticmethod
+    def box_files(container_id: str, hostname: str) -> dict[str, tuple[str, str]]:
+        """The files the engine writes for each box and binds read-only into it:
+        mount point -> how the bound file's path ends, and what it must hold."""
+        return {"/etc/hostname": (f"/{container_id}/hostname", f"read {hostname}\n")}
+
     def start_container(self, container_id: str) -> None:
         self._call("POST", f"/containers/{container_id}/start", ok=(204, 304))
 

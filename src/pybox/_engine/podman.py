@@ -249,6 +249,17 @@ class PodmanEngine(DockerEngine):
             f"Podman does not know this runtime and made the box with {got!r} instead",
         )
 
+    @staticmethod
+    def box_files(container_id: str, hostname: str) -> dict[str, tuple[str, str]]:
+        """Podman 4.3 cannot leave these out; both are written per box under
+        .../overlay-containers/<id>/userdata/ and hold nothing of the host's."""
+        return {
+            "/etc/hostname": (f"/{container_id}/userdata/hostname", f"read {hostname}\n"),
+            # Empty for a box that is not privileged (its content names the engine,
+            # the box and its image only for a privileged one).
+            "/run/.containerenv": (f"/{container_id}/userdata/.containerenv", "read "),
+        }
+
     def list_containers(self, labels: Mapping[str, str | None]) -> list[JSONObject]:
         listed = super().list_containers(labels)
         return [

@@ -18,6 +18,7 @@ from pybox._core.posture import (
     BOX_HOSTNAME,
     BOX_UID_FIRST,
 )
+from pybox._engine.connect import backend_named
 from pybox._features.verify.gvisor_terms import (
     GVISOR_DEVICES,
     GVISOR_SENTRY_ONLY,
@@ -112,16 +113,8 @@ def judge_host_files(
 # read-only into it: mount point -> how the bound file's path ends, and what it
 # must hold (None: a mount point the engine may leave out).
 def engine_box_files(engine: str, container_id: str) -> dict[str, tuple[str, str]]:
-    if engine == "podman":
-        # Podman 4.3 cannot leave these out; both are written per box under
-        # .../overlay-containers/<id>/userdata/ and hold nothing of the host's.
-        return {
-            "/etc/hostname": (f"/{container_id}/userdata/hostname", f"read {BOX_HOSTNAME}\n"),
-            # Empty for a box that is not privileged (its content names the engine,
-            # the box and its image only for a privileged one).
-            "/run/.containerenv": (f"/{container_id}/userdata/.containerenv", "read "),
-        }
-    return {"/etc/hostname": (f"/{container_id}/hostname", f"read {BOX_HOSTNAME}\n")}
+    """The files the backend of the engine named `engine` binds into each box."""
+    return backend_named(engine).box_files(container_id, BOX_HOSTNAME)
 
 
 def _judge_engine_files(
