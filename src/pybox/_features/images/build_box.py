@@ -1,5 +1,5 @@
 """The build box: its spec and posture table read back before start (on Podman
-with its answers mapped, `pybox._core.posture_podman`), the inputs put
+with its answers mapped, `pybox._engine.podman_seal`), the inputs put
 into it as an archive, and its steps (each an exec, timed, with the engine's view
 of its networks)."""
 
