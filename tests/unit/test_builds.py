@@ -277,7 +277,7 @@ BUILD_REQUIREMENTS = DOCKER_SEAL.requirements(sealed(BUILD_SPEC))
 
 
 def test_the_build_box_body_is_its_table_and_carries_pybox_s_profile() -> None:
-    body = build_box.build_box_body(DOCKER_SEAL, BUILD_SPEC)
+    body = DOCKER_SEAL.create_request(sealed(BUILD_SPEC))
     assert body["HostConfig"]["SecurityOpt"] == [
         "no-new-privileges",
         "seccomp=" + seccomp_profile(),
@@ -296,7 +296,7 @@ def test_the_build_box_body_is_its_table_and_carries_pybox_s_profile() -> None:
 
 def test_a_faithful_engine_passes_the_build_box() -> None:
     engine = FakeEngine()
-    container_id = engine.create_container("b", build_box.build_box_body(DOCKER_SEAL, BUILD_SPEC))
+    container_id = build_box.create_build_box(engine, "b", BUILD_SPEC)
     report = build_box.read_back_build_box(engine, BUILD_SPEC, container_id)
     assert report.ok and len(report.checked) == len(BUILD_REQUIREMENTS)
 

@@ -55,7 +55,7 @@ def recorded() -> dict[str, Any]:
 
 def _specgen() -> dict[str, Any]:
     return specgen(
-        "pybox-build-x", build_box.build_box_body(PODMAN_SEAL, SPEC), lambda _: "/p/seccomp-x.json"
+        "pybox-build-x", PODMAN_SEAL.create_request(sealed(SPEC)), lambda _: "/p/seccomp-x.json"
     )
 
 
@@ -197,7 +197,7 @@ class _PodmanFake(FakeEngine):
 
 def test_a_build_box_is_no_longer_refused_on_podman_and_is_read_back_mapped() -> None:
     engine = _PodmanFake()
-    container_id = engine.create_container("b", build_box.build_box_body(PODMAN_SEAL, SPEC))
+    container_id = build_box.create_build_box(engine, "b", SPEC)
     # The fake answers Docker's form: Podman's table asks for Podman's own answer.
     with pytest.raises(ImageBuildError, match="refused before start") as caught:
         build_box.read_back_build_box(engine, SPEC, container_id)

@@ -204,8 +204,8 @@ class EgressNetwork:
         )
         sealed = proxy_box(spec)
         box = self.context.engine
-        self.proxy_id = box.create_container(f"{self.name}-proxy", box.seal.create_request(sealed))
-        posture = check(sealed, BoxFacts(box.seal, box.inspect_container(self.proxy_id) or {}))
+        self.proxy_id = box.create_box(f"{self.name}-proxy", sealed)
+        posture = check(sealed, box.box_facts(self.proxy_id) or BoxFacts(box.seal, {}))
         if not posture.ok:
             details = "; ".join(m.describe() for m in posture.mismatches[:5])
             raise PostureMismatch(

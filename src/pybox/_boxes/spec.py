@@ -20,7 +20,7 @@ from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
 from pybox._core.posture import BOX_UID_COUNT, BOX_UID_FIRST, PAYLOAD_WAIT_S, RunBoxSpec
 from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
-from pybox._core.seal import BoxFacts, PostureReport, check
+from pybox._core.seal import PostureReport, check
 from pybox._core.seccomp import Confinement
 from pybox._engine import AttachStream, Engine
 
@@ -97,7 +97,7 @@ def box_spec(
 def create_box(engine: Engine, spec: RunBoxSpec, image: ImageRecord) -> str:
     """Create the box; a recorded image the engine no longer has is an image error."""
     try:
-        return engine.create_container(spec.name, engine.seal.create_request(spec.box()))
+        return engine.create_box(spec.name, spec.box())
     except EngineAPIError as exc:
         if exc.status == 404 and "image" in exc.engine_message.lower():
             raise ImageError(
@@ -108,10 +108,10 @@ def create_box(engine: Engine, spec: RunBoxSpec, image: ImageRecord) -> str:
 
 
 def read_back_posture(engine: Engine, spec: RunBoxSpec, container_id: str) -> PostureReport:
-    inspected = engine.inspect_container(container_id)
-    if inspected is None:
+    facts = engine.box_facts(container_id)
+    if facts is None:
         raise SandboxError("The box vanished between create and inspect.")
-    return check(spec.box(), BoxFacts(engine.seal, inspected))
+    return check(spec.box(), facts)
 
 
 def refuse_if_weakened(posture: PostureReport) -> None:

@@ -10,13 +10,13 @@ from typing import Any
 from pybox._core.errors import EngineAPIError, EngineError
 from pybox._core.seal import SealTranslation
 from pybox._engine.docker_seal import DOCKER_SEAL
-from pybox._engine.interface import ARCHIVE_MAX_BYTES, JSONObject
+from pybox._engine.interface import ARCHIVE_MAX_BYTES, JSONObject, SealedBoxes
 from pybox._engine.networks import NetworkCalls
 from pybox._engine.plumbing import NO_AUTH
 from pybox._engine.stream import DockerAttachStream
 
 
-class DockerEngine(NetworkCalls):
+class DockerEngine(NetworkCalls, SealedBoxes):
     """Implements `Engine`: one method per Engine API call."""
 
     # pybox's name for the engine (receipts, doctor); PodmanEngine says "podman".

@@ -27,9 +27,9 @@ from pybox._core.posture import (
     LABEL_RUN_ID,
     LABEL_VERSION,
 )
-from pybox._core.seal import BoxFacts, PostureReport, SealTranslation, check
+from pybox._core.seal import PostureReport, check
 from pybox._core.seccomp import Confinement
-from pybox._engine import Engine, JSONObject
+from pybox._engine import Engine
 
 BASE_PYTHON = "/usr/bin/python3"
 # Under /opt, which the box's root owns writable: the image's `/` is 0555 on
@@ -118,9 +118,9 @@ def build_box_spec(
     )
 
 
-def build_box_body(seal: SealTranslation, spec: BuildBoxSpec) -> JSONObject:
-    """The build box's create request, built by the backend from its rules only."""
-    return seal.create_request(build_box(spec))
+def create_build_box(engine: Engine, name: str, spec: BuildBoxSpec) -> str:
+    """The build box, created from its rules through the engine's translation."""
+    return engine.create_box(name, build_box(spec))
 
 
 def read_back_build_box(
@@ -133,10 +133,10 @@ def read_back_build_box(
     error: type[PyboxError] = ImageBuildError,
 ) -> PostureReport:
     """The build box as the engine made it, checked against its table before start."""
-    inspected = engine.inspect_container(container_id)
-    if inspected is None:
+    facts = engine.box_facts(container_id)
+    if facts is None:
         raise error(f"The {box} vanished between create and inspect.")
-    report = check(build_box(spec), BoxFacts(engine.seal, inspected))
+    report = check(build_box(spec), facts)
     if not report.ok:
         details = "; ".join(m.describe() for m in report.mismatches[:5])
         raise error(

@@ -57,9 +57,9 @@ from pybox._features.images.build_box import (
     BuildBox,
     BuildStep,
     box_python,
-    build_box_body,
     build_box_spec,
     build_inputs_tar,
+    create_build_box,
     pip_install_argv,
     read_back_build_box,
 )
@@ -163,7 +163,7 @@ def build_lock_image(
     container_id: str | None = None
     name = f"pybox-build-{run_id}"
     try:
-        container_id = engine.create_container(name, build_box_body(engine.seal, spec))
+        container_id = create_build_box(engine, name, spec)
         box = BuildBox(engine, container_id, progress)
         box.started = started
         box.say(f"created build box {name} from stdlib")

@@ -23,7 +23,7 @@ from pybox._core.receipt import Status
 from pybox._core.seal import SealTranslation
 from pybox._core.seccomp import SECCOMP_PREFIX
 from pybox._engine import AttachStream, Engine, EngineEndpoint, JSONObject
-from pybox._engine.interface import ARCHIVE_MAX_BYTES
+from pybox._engine.interface import ARCHIVE_MAX_BYTES, SealedBoxes
 from pybox._features.verify.verdict import Verdict
 
 _REMOVE = object()
@@ -225,7 +225,7 @@ def _refused(what: str) -> PyboxError:
     return PyboxError(f"verify's posture engine does not {what}")
 
 
-class WeakenedCreateEngine:
+class WeakenedCreateEngine(SealedBoxes):
     """The real engine, except that each create asks for a weakened box.
 
     For the posture case only: it records whether the box was ever attached or
