@@ -23,8 +23,13 @@ from typing import Any
 import pytest
 
 from pybox._adapters.state import StateStore
-from pybox._core.egress import LABEL_EGRESS, LABEL_EGRESS_FOR, EgressSettings
-from pybox._core.egress_posture import INHIBIT_IPV4, network_problems
+from pybox._core.egress import (
+    INHIBIT_IPV4,
+    LABEL_EGRESS,
+    LABEL_EGRESS_FOR,
+    EgressSettings,
+    network_problems,
+)
 from pybox._core.errors import EgressRefused, PostureMismatch
 from pybox._core.limits import MIB, LimitRequest, Policy
 from pybox._core.request import InputFile, RunRequest
@@ -316,7 +321,7 @@ def test_a_mode_the_operator_does_not_allow_is_refused(session: Session) -> None
 def test_a_weakened_network_stops_the_run_before_any_box(
     egress_session: Session, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pybox._core.egress_posture import network_body
+    from pybox._core.egress import network_body
 
     def weakened(mode: str, labels: dict[str, str]) -> dict[str, object]:
         return {**network_body(mode, labels), "Internal": False, "Options": {}}
@@ -504,16 +509,21 @@ def test_a_proxy_without_its_ulimits_or_with_dev_shm_is_refused_before_start(
 ) -> None:
     """The proxy container's posture is read back off the real container: one made
     without its ulimits and with a /dev/shm (IPC private) stops the run."""
-    from pybox._core.readback import body_from
+    from pybox._core.egress import PROXY_HOSTNAME
+    from pybox._core.seal import BoxSpec
+    from pybox._engine.docker_seal import DockerSeal
 
-    def weakened(table: Any) -> dict[str, Any]:
-        body = body_from(table)
-        body["HostConfig"].pop("Ulimits", None)
-        body["HostConfig"]["IpcMode"] = "private"
+    create_request = DockerSeal.create_request
+
+    def weakened(self: DockerSeal, spec: BoxSpec) -> dict[str, Any]:
+        body = create_request(self, spec)
+        if spec.hostname == PROXY_HOSTNAME:
+            body["HostConfig"].pop("Ulimits", None)
+            body["HostConfig"]["IpcMode"] = "private"
         return body
 
     session, _ = upstream_session
-    monkeypatch.setattr("pybox._boxes.egress.body_from", weakened)
+    monkeypatch.setattr(DockerSeal, "create_request", weakened)
     with pytest.raises(PostureMismatch, match="egress proxy was refused before start") as caught:
         session.run(RunRequest(code=b"print(1)", egress="packages"))
     assert {"HostConfig.Ulimits", "HostConfig.IpcMode"} <= set(caught.value.fields)

@@ -18,9 +18,10 @@ from typing import Any
 from pybox._adapters.confinement import host_apparmor
 from pybox._core import wire
 from pybox._core.errors import EngineAnswerTooLarge, EngineAPIError, EngineError
-from pybox._core.readback import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS
+from pybox._core.seal import REQUIRED_MASKED_PATHS, REQUIRED_READONLY_PATHS, SealTranslation
 from pybox._engine import EngineEndpoint, JSONObject
-from pybox._engine.interface import ARCHIVE_MAX_BYTES
+from pybox._engine.docker_seal import DOCKER_SEAL
+from pybox._engine.interface import ARCHIVE_MAX_BYTES, SealedBoxes
 from pybox._inbox import bootstrap_source
 
 _BOOTSTRAP: dict[str, Any] = {"__name__": "pybox_bootstrap_under_test"}
@@ -316,10 +317,13 @@ class FakeExecStream:
 ExecScript = Callable[[list[str]], tuple[int, bytes]]
 
 
-class FakeEngine:
+class FakeEngine(SealedBoxes):
     """In-memory engine. `calls` records every operation in order."""
 
     name = "docker"
+    seal: SealTranslation = DOCKER_SEAL
+    stdin_keeper = False
+    commit_how = ""
 
     def __init__(self, script: Script | None = None) -> None:
         self.script = script or Script()

@@ -14,11 +14,12 @@ from pybox._adapters import piptool
 from pybox._adapters.confinement import seccomp_profile
 from pybox._adapters.piptool import PipSettings, parse_config_list, settings_from_values
 from pybox._adapters.state import StateStore
-from pybox._core.build_posture import build_requirements
+from pybox._core.build_posture import build_box as sealed
 from pybox._core.errors import ConfigError, ImageBuildError, ImageError, InvalidRequest
 from pybox._core.pins import parse_pins
 from pybox._core.request import RunRequest
 from pybox._core.seccomp import Confinement
+from pybox._engine.docker_seal import DOCKER_SEAL
 from pybox._features.images import build_box, builds
 from pybox._features.images.builds import BuildResult, build_lock_image
 from pybox._features.images.checks import verify_for_run
@@ -272,11 +273,11 @@ BUILD_SPEC = build_box.build_box_spec(
     cpus=2,
     confinement=Confinement(seccomp_profile(), None, "no AppArmor (test)"),
 )
-BUILD_REQUIREMENTS = build_requirements(BUILD_SPEC)
+BUILD_REQUIREMENTS = DOCKER_SEAL.requirements(sealed(BUILD_SPEC))
 
 
 def test_the_build_box_body_is_its_table_and_carries_pybox_s_profile() -> None:
-    body = build_box.build_box_body(BUILD_SPEC)
+    body = DOCKER_SEAL.create_request(sealed(BUILD_SPEC))
     assert body["HostConfig"]["SecurityOpt"] == [
         "no-new-privileges",
         "seccomp=" + seccomp_profile(),
@@ -295,7 +296,7 @@ def test_the_build_box_body_is_its_table_and_carries_pybox_s_profile() -> None:
 
 def test_a_faithful_engine_passes_the_build_box() -> None:
     engine = FakeEngine()
-    container_id = engine.create_container("b", build_box.build_box_body(BUILD_SPEC))
+    container_id = build_box.create_build_box(engine, "b", BUILD_SPEC)
     report = build_box.read_back_build_box(engine, BUILD_SPEC, container_id)
     assert report.ok and len(report.checked) == len(BUILD_REQUIREMENTS)
 

@@ -251,7 +251,7 @@ EXEC_DEFERRED = (
     "pybox._adapters.egress_config",
     "pybox._engine.podman",
     "pybox._engine.specgen",
-    "pybox._core.posture_podman",
+    "pybox._engine.podman_seal",
     "pybox._core.locks",
     "pybox._features.images.lock_plans",
     "pybox._features.images.records",

@@ -24,27 +24,27 @@ from pybox._core.egress import (
     EgressPlan,
     EgressSettings,
     HostReached,
+    ProxySpec,
     ProxyTally,
     choose_mode,
     host_problem,
+    network_body,
+    network_problems,
     newest_tally,
     observed_between,
     parse_tally,
-)
-from pybox._core.egress_posture import (
-    ProxySpec,
-    network_body,
-    network_problems,
-    network_requirements,
-    proxy_requirements,
+    proxy_box,
 )
 from pybox._core.errors import ConfigError, EgressRefused, InvalidRequest
-from pybox._core.readback import body_from, check_requirements
 from pybox._core.receipt import Unknown
 from pybox._core.request import RunRequest
+from pybox._core.seal import check_requirements
 from pybox._core.seccomp import Confinement
+from pybox._engine.docker_seal import DOCKER_SEAL, body_from
 from tests.unit.conftest import make_session
 from tests.unit.fake_engine import FakeEngine, Script
+from tests.unit.seal_helpers import requirements
+from tests.unit.test_posture import SPEC
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -181,6 +181,25 @@ def test_url_host() -> None:
 # -- posture -------------------------------------------------------------------------------
 
 PLAN = EgressPlan("packages", "pybox-egress-abc", "172.30.0.2", ("registry.example",), True)
+
+
+def network_requirements(plan: EgressPlan) -> tuple[Any, ...]:
+    """A run box's network rows, as the Docker backend sets and reads them."""
+    spec = replace(SPEC, egress=plan)
+    return tuple(
+        r
+        for r in requirements(spec)
+        if r.name
+        in {
+            "Config.NetworkDisabled",
+            "HostConfig.NetworkMode",
+            "HostConfig.ExtraHosts",
+            "HostConfig.Dns",
+            "HostsPath",
+            "ResolvConfPath",
+            "NetworkSettings.Networks",
+        }
+    )
 
 
 def test_none_keeps_todays_rows() -> None:
@@ -385,7 +404,7 @@ def proxy_table() -> tuple[Any, ...]:
         network="pybox-egress-x",
         confinement=Confinement(seccomp_profile(), None, "no AppArmor (test)"),
     )
-    return proxy_requirements(spec)
+    return DOCKER_SEAL.requirements(proxy_box(spec))
 
 
 def test_the_proxy_has_a_boxs_ulimits_and_no_dev_shm() -> None:

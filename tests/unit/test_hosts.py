@@ -69,3 +69,29 @@ def test_no_code_compares_the_platform_name() -> None:
             if isinstance(n, ast.Compare) and _compares_a_platform_name(n)
         ]
     assert not offenders
+
+
+# Engines, lanes and hosts are objects (pybox._engine.endpoint's kinds, the backends'
+# classes, verify's LaneTerms, the hosts); their names are data, never a branch.
+ENGINE_AND_LANE_NAMES = frozenset({"docker", "podman", "gvisor", "runsc", "colima"})
+
+
+def test_no_code_compares_an_engine_or_lane_name() -> None:
+    """Variation lives in the backend, lane or host object: a `== "podman"` is a branch
+    in the wrong place (issue 30)."""
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        if "cases" in path.parts or path.name == "bootstrap.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        offenders += [
+            f"{path.name}:{n.lineno}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Compare)
+            and all(isinstance(op, ast.Eq | ast.NotEq) for op in n.ops)
+            and any(
+                isinstance(o, ast.Constant) and o.value in ENGINE_AND_LANE_NAMES
+                for o in [n.left, *n.comparators]
+            )
+        ]
+    assert not offenders

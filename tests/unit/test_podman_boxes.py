@@ -15,25 +15,27 @@ from typing import Any
 import pytest
 
 from pybox._core import wire
-from pybox._core.egress import OPEN, PACKAGES, EgressPlan
-from pybox._core.egress_posture import INHIBIT_IPV4, network_body, network_problems
-from pybox._core.errors import EngineError
-from pybox._core.posture import create_body, readback_requirements, requirements, verify
-from pybox._core.posture_podman import (
-    MAPPINGS,
-    READ_BACK_AS,
-    box_facts,
-    read_back_fields,
-    tmpfs_view,
+from pybox._core.egress import (
+    INHIBIT_IPV4,
+    OPEN,
+    PACKAGES,
+    EgressPlan,
+    network_body,
+    network_problems,
 )
+from pybox._core.errors import EngineError
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
+from pybox._engine.docker_seal import DOCKER_SEAL
 from pybox._engine.endpoint import EngineEndpoint
 from pybox._engine.podman import ENABLE_ICC, PodmanEngine, docker_state
+from pybox._engine.podman_seal import MAPPINGS, PODMAN_SEAL, READ_BACK_AS, box_facts, tmpfs_view
 from pybox._engine.specgen import PodmanUnsupported, needs_keeper, specgen
 from pybox._orchestration.session import Session
+from tests.unit import seal_helpers
 from tests.unit.fake_engine import FakeEngine, Script
-from tests.unit.test_posture_podman import SPEC, recorded
+from tests.unit.seal_helpers import create_body
+from tests.unit.test_posture_podman import SPEC, recorded, requirements, verify
 
 
 def _specgen(body: dict[str, Any]) -> dict[str, Any]:
@@ -185,13 +187,13 @@ def test_a_started_box_s_tmpfs_owner_reads_as_u() -> None:
 
 def test_read_back_as_names_the_fields_each_mapping_checks() -> None:
     docker = {requirement.name: requirement for requirement in requirements(SPEC)}
-    mapped = {requirement.name for requirement in readback_requirements(SPEC)}
+    mapped = {requirement.name for requirement in seal_helpers.requirements(SPEC, PODMAN_SEAL)}
     for field, mapping in MAPPINGS.items():
-        names = {requirement.name for requirement in mapping(box_facts(SPEC), docker[field])}
+        names = {requirement.name for requirement in mapping(box_facts(SPEC.box()), docker[field])}
         assert names <= mapped
-        assert read_back_fields("podman", field) == READ_BACK_AS.get(field, frozenset({field}))
-        assert names == set(read_back_fields("podman", field)), field
-    assert read_back_fields("docker", "HostConfig.CapDrop") == {"HostConfig.CapDrop"}
+        assert PODMAN_SEAL.read_back_as(field) == READ_BACK_AS.get(field, frozenset({field}))
+        assert names == set(PODMAN_SEAL.read_back_as(field)), field
+    assert DOCKER_SEAL.read_back_as("HostConfig.CapDrop") == {"HostConfig.CapDrop"}
 
 
 @pytest.mark.parametrize("backstop", [False, True])
@@ -257,7 +259,7 @@ def test_an_open_box_joins_its_own_network_and_reads_back_as_podman_answers() ->
     assert spec["use_image_hosts"] and spec["use_image_resolve_conf"]
     report = verify(OPEN_SPEC, _open_answer())
     assert report.ok, [m.describe() for m in report.mismatches]
-    docker = verify(dataclasses.replace(OPEN_SPEC, engine="docker"), _open_answer())
+    docker = seal_helpers.verify(OPEN_SPEC, _open_answer())
     assert "HostConfig.NetworkMode" in {m.field for m in docker.mismatches}
 
 

@@ -18,15 +18,13 @@ from typing import Any
 import pytest
 
 from pybox._adapters.confinement import seccomp_profile
-from pybox._core.build_posture import (
-    BUILD_OPEN_FILES,
-    build_readback_requirements,
-    build_requirements,
-)
+from pybox._core.build_posture import BUILD_OPEN_FILES
+from pybox._core.build_posture import build_box as sealed
 from pybox._core.errors import ImageBuildError
-from pybox._core.posture_podman import BUILD_MAPPINGS, MAPPINGS
-from pybox._core.readback import Requirement, check_requirements
+from pybox._core.seal import Requirement, SealTranslation, check_requirements
 from pybox._core.seccomp import Confinement
+from pybox._engine.docker_seal import DOCKER_SEAL
+from pybox._engine.podman_seal import MAPPINGS, PODMAN_SEAL
 from pybox._engine.specgen import BOX_NPROC, specgen
 from pybox._features.images import build_box
 from tests.unit.fake_engine import FakeEngine
@@ -43,13 +41,12 @@ SPEC = dataclasses.replace(
         pybox_version="0",
         cpus=1,
         confinement=Confinement(seccomp_profile(), None, "no AppArmor (test)"),
-        engine="podman",
     ),
     # The recorded box's own labels (its expiry) and sleep.
     labels=tuple(RECORDED["Config"]["Labels"].items()),
     entrypoint=tuple(RECORDED["Config"]["Entrypoint"]),
 )
-TABLE = build_readback_requirements(SPEC)
+TABLE = PODMAN_SEAL.requirements(sealed(SPEC))
 
 
 def recorded() -> dict[str, Any]:
@@ -57,31 +54,44 @@ def recorded() -> dict[str, Any]:
 
 
 def _specgen() -> dict[str, Any]:
-    return specgen("pybox-build-x", build_box.build_box_body(SPEC), lambda _: "/p/seccomp-x.json")
+    return specgen(
+        "pybox-build-x", PODMAN_SEAL.create_request(sealed(SPEC)), lambda _: "/p/seccomp-x.json"
+    )
 
 
 def test_podmans_answer_passes_the_mapped_build_table() -> None:
     report = check_requirements(TABLE, recorded())
     assert report.ok, [m.describe() for m in report.mismatches]
-    assert len(report.checked) == 58
+    # 58 before the one seal table gave a build box every rule a run box has (its
+    # stdin, tty, domain name and network switch, all off) and the annotations rule.
+    assert len(report.checked) == 67
 
 
 def test_every_mapping_the_build_table_uses_is_needed() -> None:
     """Docker's build table fails on Podman's answer for exactly the mapped fields
     it has; the network mode, read back in both answers, passes Docker's as it is."""
-    docker = dataclasses.replace(SPEC, engine="docker")
     failing = {
         m.field
-        for m in check_requirements(build_readback_requirements(docker), RECORDED).mismatches
+        for m in check_requirements(DOCKER_SEAL.requirements(sealed(SPEC)), RECORDED).mismatches
     }
-    names = {r.name for r in build_requirements(SPEC)}
-    assert failing == (set(MAPPINGS) - set(BUILD_MAPPINGS)) & names
-    assert set(BUILD_MAPPINGS) <= names and not failing & set(BUILD_MAPPINGS)
+    names = {r.name for r in DOCKER_SEAL.requirements(sealed(SPEC))}
+    unseen = {"HostConfig.NetworkMode", "HostConfig.Annotations"}  # see test_posture_podman
+    # A box without stdin or network switch expects what Podman reports for those
+    # (false, null) on Docker too: their mappings are needed by a run box only.
+    off = {
+        "Config.StdinOnce",
+        "Config.AttachStdin",
+        "Config.AttachStdout",
+        "Config.AttachStderr",
+        "Config.NetworkDisabled",
+    }
+    assert failing == (set(MAPPINGS) - unseen - off) & names
+    assert "HostConfig.NetworkMode" in names
 
 
 def test_unmapped_fields_read_back_as_on_docker() -> None:
-    docker = {r.name: r for r in build_requirements(SPEC)}
-    mapped = set(MAPPINGS) | set(BUILD_MAPPINGS)
+    docker = {r.name: r for r in DOCKER_SEAL.requirements(sealed(SPEC))}
+    mapped = set(MAPPINGS)
     for requirement in TABLE:
         if requirement.name in docker and requirement.name not in mapped:
             assert requirement == docker[requirement.name]
@@ -182,14 +192,15 @@ def test_the_build_box_in_podmans_terms() -> None:
 
 class _PodmanFake(FakeEngine):
     name = "podman"
+    seal: SealTranslation = PODMAN_SEAL
 
 
 def test_a_build_box_is_no_longer_refused_on_podman_and_is_read_back_mapped() -> None:
     engine = _PodmanFake()
-    container_id = engine.create_container("b", build_box.build_box_body(SPEC))
+    container_id = build_box.create_build_box(engine, "b", SPEC)
     # The fake answers Docker's form: Podman's table asks for Podman's own answer.
     with pytest.raises(ImageBuildError, match="refused before start") as caught:
         build_box.read_back_build_box(engine, SPEC, container_id)
     assert "Libpod." in str(caught.value)
-    docker = dataclasses.replace(SPEC, engine="docker")
-    assert build_box.read_back_build_box(engine, docker, container_id).ok
+    engine.seal = DOCKER_SEAL
+    assert build_box.read_back_build_box(engine, SPEC, container_id).ok

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,13 +13,16 @@ import pytest
 from pybox._adapters.confinement import seccomp_profile
 from pybox._adapters.state import StateStore
 from pybox._core.limits import BUILTIN_DEFAULTS, Policy
-from pybox._core.posture import BOX_USER, BoxSpec, create_body, requirements, verify
-from pybox._core.readback import Check, Requirement
+from pybox._core.posture import BOX_USER
+from pybox._core.posture import RunBoxSpec as BoxSpec
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
+from pybox._core.seal import Check, Requirement
 from pybox._core.seccomp import Confinement
+from pybox._engine.podman_seal import MAPPINGS, PODMAN_SEAL
 from pybox._orchestration.session import Session
 from tests.unit.fake_engine import FakeEngine
+from tests.unit.seal_helpers import create_body, requirements, verify
 
 SPEC = BoxSpec(
     run_id="0123456789abcdef",
@@ -182,3 +188,74 @@ def test_thread_counts_follow_the_cpu_limit(cpus: float, threads: str) -> None:
     environment = dict(item.split("=", 1) for item in spec.environment())
     assert environment["OMP_NUM_THREADS"] == threads
     assert environment["OPENBLAS_NUM_THREADS"] == threads
+
+
+def test_a_runtime_annotation_is_refused() -> None:
+    """The seal rule added with the seam: an engine that shows an annotation for the
+    box's runtime (Docker's HostConfig.Annotations, API 1.43 and later) gave it one
+    pybox never sends: the box is refused, whichever kind it is."""
+    document = inspect_document(SPEC)
+    assert verify(SPEC, document).ok
+    assert "Annotations" not in create_body(SPEC)["HostConfig"]
+    document["HostConfig"]["Annotations"] = {"run.oci.keep_original_groups": "1"}
+    assert [m.field for m in verify(SPEC, document).mismatches] == ["HostConfig.Annotations"]
+
+
+# -- the Docker backend's translations, on Docker's recorded answer ---------------------
+
+# What Docker 20.10 (API 1.41, runc, this repository's CI host: no AppArmor) answered
+# for a run box pybox created from `DOCKER_SEAL.create_request(RECORDED_SPEC.box())`
+# (the bootstrap's source and the seccomp profile cut out, set back by `recorded()`).
+RECORDED: dict[str, Any] = json.loads(
+    (Path(__file__).parent / "data" / "docker-20.10-inspect.json").read_text()
+)
+RECORDED_SPEC = dataclasses.replace(
+    SPEC,
+    run_id=RECORDED["Config"]["Labels"]["io.pybox.run-id"],
+    image_id=RECORDED["Image"],
+    uid=1600000001,
+    owner="record:1",
+)
+
+
+def recorded() -> dict[str, Any]:
+    """Docker's answer, with this checkout's bootstrap, profile and labels."""
+    document = copy.deepcopy(RECORDED)
+    document["Config"]["Entrypoint"] = RECORDED_SPEC.entrypoint()
+    document["Config"]["Labels"] = {**document["Config"]["Labels"], **RECORDED_SPEC.labels()}
+    document["HostConfig"]["SecurityOpt"] = RECORDED_SPEC.confinement.security_opt()
+    return document
+
+
+def test_dockers_recorded_answer_passes_the_docker_translation() -> None:
+    report = verify(RECORDED_SPEC, recorded())
+    assert report.ok, [m.describe() for m in report.mismatches]
+    assert len(report.checked) == len(requirements(RECORDED_SPEC)) == 65
+    # Docker shows no annotation it was not given (API 1.41 has none).
+    assert "Annotations" not in RECORDED["HostConfig"]
+
+
+def test_the_podman_translation_fails_on_dockers_answer_where_podman_differs() -> None:
+    """Podman's translation is Docker's with its differences: on Docker's answer it
+    fails for fields only Podman's own answer holds, and nowhere else."""
+    failing = {m.field for m in verify(RECORDED_SPEC, recorded(), PODMAN_SEAL).mismatches}
+    assert failing and all(field.startswith("Libpod.") or field in MAPPINGS for field in failing), (
+        failing
+    )
+
+
+@pytest.mark.parametrize(
+    ("requirement", "how", "value"),
+    [
+        pytest.param(req, how, value, id=f"{req.name}-{how}")
+        for req in requirements(RECORDED_SPEC)
+        for how, value in weakenings(req)
+    ],
+)
+def test_each_weakening_of_dockers_recorded_answer_is_caught(
+    requirement: Requirement, how: str, value: Any
+) -> None:
+    document = recorded()
+    apply(document, requirement, how, value)
+    report = verify(RECORDED_SPEC, document)
+    assert [m.field for m in report.mismatches] == [requirement.name]

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
-from pybox._core.posture import create_body, readback_requirements, requirements, verify
-from pybox._core.posture_podman import MAPPINGS, podman_tmpfs_options
-from pybox._core.readback import Requirement
+from pybox._core.seal import Requirement
+from pybox._engine.docker_seal import DOCKER_SEAL
+from pybox._engine.podman_seal import MAPPINGS, PODMAN_SEAL, podman_tmpfs_options
 from pybox._engine.specgen import BOX_NPROC, PodmanUnsupported, specgen
+from tests.unit import seal_helpers
+from tests.unit.seal_helpers import create_body
 from tests.unit.test_posture import SPEC as DOCKER_SPEC
 from tests.unit.test_posture import apply, weakenings
 
@@ -27,13 +29,22 @@ RECORDED: dict[str, Any] = json.loads(
 )
 SPEC = dataclasses.replace(
     DOCKER_SPEC,
-    engine="podman",
     uid=1600000001,
     image_id=RECORDED["Image"],
     pybox_version="0.1.0.dev0",
     owner="record:1",
 )
-TABLE = readback_requirements(SPEC)
+TABLE = seal_helpers.requirements(SPEC, PODMAN_SEAL)
+
+
+def verify(spec: Any, document: Any) -> Any:
+    """Read back as Podman's backend does."""
+    return seal_helpers.verify(spec, document, PODMAN_SEAL)
+
+
+def requirements(spec: Any) -> Any:
+    """Docker's translation, which Podman's maps."""
+    return seal_helpers.requirements(spec, DOCKER_SEAL)
 
 
 def recorded() -> dict[str, Any]:
@@ -49,18 +60,19 @@ def recorded() -> dict[str, Any]:
 def test_podmans_answer_passes_the_mapped_table() -> None:
     report = verify(SPEC, recorded())
     assert report.ok, [m.describe() for m in report.mismatches]
-    assert len(report.checked) == 68
+    assert len(report.checked) == 69  # 68, and the annotations rule of the seam
 
 
 def test_every_mapping_is_needed() -> None:
     """Docker's requirement fails on Podman's answer for each mapped field: none is
     mapped for nothing, and none that differs is left unmapped."""
     document = recorded()
-    docker_spec = dataclasses.replace(SPEC, engine="docker")
-    failing = {m.field for m in verify(docker_spec, document).mismatches}
+    failing = {m.field for m in seal_helpers.verify(SPEC, document).mismatches}
     # NetworkMode is mapped only for a box on a network of its own (egress), pinned
-    # on Podman's answer for one in test_podman_boxes.
-    assert failing == set(MAPPINGS) - {"HostConfig.NetworkMode"}
+    # on Podman's answer for one in test_podman_boxes. Annotations pass Docker's
+    # check on Podman's compatible answer because it never shows them: Podman's own
+    # does (test_a_runtime_annotation_is_refused_on_podman).
+    assert failing == set(MAPPINGS) - {"HostConfig.NetworkMode", "HostConfig.Annotations"}
 
 
 def test_unmapped_fields_read_back_as_on_docker() -> None:
@@ -204,3 +216,15 @@ def test_a_field_podman_is_not_asked_for_is_a_refusal_naming_it(
         _specgen(body)
     assert key in caught.value.field
     assert "refuses the box" in str(caught.value)
+
+
+def test_a_runtime_annotation_is_refused_on_podman() -> None:
+    """The seal rule added with the seam: no annotation reaches the box's runtime but
+    Podman's record of its own settings (crun reads `run.oci.*`, gVisor `dev.gvisor.*`)."""
+    assert verify(SPEC, recorded()).ok
+    for key in ("run.oci.keep_original_groups", "dev.gvisor.spec.mount.x.share"):
+        document = recorded()
+        document["Libpod"]["Config"]["Annotations"][key] = "1"
+        fields = {m.field for m in verify(SPEC, document).mismatches}
+        assert fields == {"Libpod.Config.Annotations"}, key
+    assert PODMAN_SEAL.read_back_as("HostConfig.Annotations") == {"Libpod.Config.Annotations"}

@@ -15,10 +15,10 @@ from pybox._core import wire
 from pybox._core.capture import HeadTailCapture
 from pybox._core.images import ImageRecord
 from pybox._core.limits import LimitRequest, Policy
-from pybox._core.posture import BoxSpec
-from pybox._core.readback import PostureReport
+from pybox._core.posture import RunBoxSpec as BoxSpec
 from pybox._core.receipt import EngineFacts, Status, Unknown
 from pybox._core.request import RunRequest
+from pybox._core.seal import PostureReport
 
 IMAGE = ImageRecord(
     name="stdlib",

@@ -12,7 +12,6 @@ from pybox._adapters.config import load_settings
 from pybox._adapters.state import StateStore
 from pybox._core.errors import ConfigError, EgressRefused, RuntimeNotAllowed, RuntimeUnavailable
 from pybox._core.limits import BUILTIN_DEFAULTS, Policy
-from pybox._core.posture import create_body
 from pybox._core.request import RunRequest
 from pybox._core.runtime_limits import (
     GVISOR_HOST_THREADS_BASE,
@@ -35,6 +34,7 @@ from pybox._orchestration.runtime_doctor import gvisor_report
 from pybox._orchestration.session import Session
 from tests.unit.conftest import OWNER
 from tests.unit.fake_engine import FakeEngine, Script
+from tests.unit.seal_helpers import create_body
 from tests.unit.test_posture import SPEC
 
 RUNSC = {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}

@@ -11,7 +11,6 @@ import pytest
 
 from pybox._adapters import confinement as confinement_adapter
 from pybox._adapters.confinement import host_apparmor, seccomp_profile
-from pybox._core.posture import verify
 from pybox._core.receipt import Status
 from pybox._core.request import RunRequest
 from pybox._core.seccomp import (
@@ -30,6 +29,7 @@ from pybox._orchestration import doctor
 from pybox._orchestration.doctor import seccomp_problem
 from pybox._orchestration.session import Session
 from tests.unit.fake_engine import FakeEngine
+from tests.unit.seal_helpers import verify
 from tests.unit.test_posture import SPEC, inspect_document
 
 PROFILE = json.loads(seccomp_profile())

@@ -21,7 +21,7 @@ from pybox._adapters.cgroups import empty_observation
 from pybox._adapters.state import StateStore
 from pybox._boxes.record import RunOutcome
 from pybox._core.limits import MIB, LimitRequest
-from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, box_user, requirements
+from pybox._core.posture import LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, box_user
 from pybox._core.request import RunRequest
 from pybox._features.verify.case_runs import run_posture
 from pybox._features.verify.escape_judges import (
@@ -56,6 +56,7 @@ from pybox._frontends.cli._verify import case_line, verify_json
 from pybox._orchestration.session import Session
 from tests.unit.conftest import OWNER, make_session
 from tests.unit.fake_engine import FakeEngine, Script
+from tests.unit.seal_helpers import requirements
 from tests.unit.test_posture import SPEC
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -993,11 +994,16 @@ def test_egress_packages_judges_a_flood_by_its_counts_names_and_unknowns(
 
 
 def test_egress_packages_reads_the_running_proxys_posture() -> None:
-    from pybox._core.egress_posture import PROXY_ULIMITS
+    from pybox._core.egress import PROXY_ULIMITS
+    from pybox._engine.docker_seal import ulimit_list
     from pybox._features.verify.egress_case import judge_proxy_posture
 
     inspected = {
-        "HostConfig": {"Ulimits": PROXY_ULIMITS, "IpcMode": "none", "ReadonlyRootfs": True},
+        "HostConfig": {
+            "Ulimits": ulimit_list(PROXY_ULIMITS),
+            "IpcMode": "none",
+            "ReadonlyRootfs": True,
+        },
         "Mounts": [],
     }
     verdict = Verdict()

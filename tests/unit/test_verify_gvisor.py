@@ -23,7 +23,7 @@ from pybox._core.posture import box_user
 from pybox._core.runtime_limits import IsolationFacts
 from pybox._core.runtimes import GVISOR
 from pybox._features.verify.escape_judges import judge_privilege, judge_seccomp
-from pybox._features.verify.gvisor_terms import contained_mount_in_gvisor
+from pybox._features.verify.lanes import contained_mount_in_gvisor
 from pybox._features.verify.limit_judges import (
     judge_cpu_spin,
     judge_disk_fill,

@@ -42,9 +42,9 @@ from pybox._core.events import EventSink
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
 from pybox._core.posture import PAYLOAD_WAIT_S
-from pybox._core.readback import PostureReport
 from pybox._core.receipt import Unknown
 from pybox._core.request import RunRequest
+from pybox._core.seal import PostureReport
 from pybox._engine import AttachStream, JSONObject
 
 

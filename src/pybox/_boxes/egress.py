@@ -31,22 +31,20 @@ from pybox._core.egress import (
     EgressObserved,
     EgressPlan,
     EgressSettings,
-    ProxyTally,
-    newest_tally,
-    observed_between,
-)
-from pybox._core.egress_posture import (
     ProxySpec,
+    ProxyTally,
     network_body,
     network_problems,
-    proxy_requirements,
+    newest_tally,
+    observed_between,
+    proxy_box,
 )
 from pybox._core.errors import EngineError, InvalidRequest, PostureMismatch, SandboxError
 from pybox._core.images import ImageRecord
 from pybox._core.posture import LABEL_EXPIRES_AT, LABEL_OWNER, box_user
-from pybox._core.readback import body_from, check_requirements
 from pybox._core.receipt import Unknown
 from pybox._core.request import InputFile, RunRequest
+from pybox._core.seal import BoxFacts, check
 from pybox._engine import Engine, NetworkEngine
 from pybox._inbox import inbox_program
 
@@ -204,13 +202,10 @@ class EgressNetwork:
             confinement=self.context.confinement,
             runtime="runc",  # pybox's own proxy always runs under runc
         )
-        table = proxy_requirements(spec)
-        body = body_from(table)
-        body["Env"] = []
-        body.setdefault("HostConfig", {})["Tmpfs"] = {}
+        sealed = proxy_box(spec)
         box = self.context.engine
-        self.proxy_id = box.create_container(f"{self.name}-proxy", body)
-        posture = check_requirements(table, box.inspect_container(self.proxy_id) or {})
+        self.proxy_id = box.create_box(f"{self.name}-proxy", sealed)
+        posture = check(sealed, box.box_facts(self.proxy_id) or BoxFacts(box.seal, {}))
         if not posture.ok:
             details = "; ".join(m.describe() for m in posture.mismatches[:5])
             raise PostureMismatch(

@@ -25,7 +25,7 @@ from pybox._core.egress import EgressPlan
 from pybox._core.errors import SandboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
-from pybox._core.posture import verify
+from pybox._core.seal import BoxFacts, check
 from pybox._engine.keeper import KeeperGone
 
 # A program a vanished pybox left running is stopped by the first ping; its
@@ -94,12 +94,12 @@ def reattach(
             f"The sandbox's box {box.spec.name} is no longer running (it ended "
             f"{state.get('FinishedAt') or 'at a time the engine did not say'}, exit code "
             f"{state.get('ExitCode')}): its idle time or lifetime ran out, "
-            f"{KEEPER_ENDED if engine.name == 'podman' else ''}or it failed."
+            f"{KEEPER_ENDED if engine.stdin_keeper else ''}or it failed."
         )
     box.create_sent = True
     box.container_id = str(inspected.get("Id") or known.container_id)
     box.created_at = str(inspected.get("Created") or box.created_at)
-    box.posture = verify(box.spec, inspected)
+    box.posture = check(box.spec.box(), BoxFacts(engine.seal, inspected))
     refuse_if_weakened(box.posture)
     box.marks["verified"] = box.marks["started"] = time.monotonic()
     box.programs = 1  # never its first: each program's counters start at its code

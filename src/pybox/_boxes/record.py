@@ -17,8 +17,7 @@ from pybox._boxes.outputs import ReturnedFile
 from pybox._core.boxquote import BoxQuote
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
-from pybox._core.posture import BoxSpec
-from pybox._core.readback import PostureReport
+from pybox._core.posture import RunBoxSpec
 from pybox._core.receipt import (
     EngineFacts,
     KernelObserved,
@@ -29,6 +28,7 @@ from pybox._core.receipt import (
     Unknown,
 )
 from pybox._core.request import RunRequest
+from pybox._core.seal import PostureReport
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class RunRecord:
     # What was asked for.
     pybox_version: str
     engine: EngineFacts
-    spec: BoxSpec
+    spec: RunBoxSpec
     image: ImageRecord
     limits: Limits
     request: RunRequest

@@ -18,16 +18,9 @@ from pybox._core.egress import EgressPlan
 from pybox._core.errors import EngineAPIError, ImageError, PostureMismatch, SandboxError
 from pybox._core.images import ImageRecord
 from pybox._core.limits import Limits
-from pybox._core.posture import (
-    BOX_UID_COUNT,
-    BOX_UID_FIRST,
-    PAYLOAD_WAIT_S,
-    BoxSpec,
-    create_body,
-    verify,
-)
-from pybox._core.readback import PostureReport
+from pybox._core.posture import BOX_UID_COUNT, BOX_UID_FIRST, PAYLOAD_WAIT_S, RunBoxSpec
 from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
+from pybox._core.seal import PostureReport, check
 from pybox._core.seccomp import Confinement
 from pybox._engine import AttachStream, Engine
 
@@ -76,8 +69,8 @@ def box_spec(
     sandbox_store: str = "",
     egress: EgressPlan | None = None,
     preload: tuple[str, ...] = (),
-) -> BoxSpec:
-    return BoxSpec(
+) -> RunBoxSpec:
+    return RunBoxSpec(
         run_id=run_id,
         image_id=image.image_id,
         python_path=image.python_path,
@@ -94,7 +87,6 @@ def box_spec(
         sandbox_store=sandbox_store,
         payload_wait_s=payload_wait_s,
         protocol=protocol,
-        engine=context.engine.name,
         egress=egress or EgressPlan(),
         preload=preload,
         # From the recorded image's recipe only: no request can ask for it.
@@ -102,10 +94,10 @@ def box_spec(
     )
 
 
-def create_box(engine: Engine, spec: BoxSpec, image: ImageRecord) -> str:
+def create_box(engine: Engine, spec: RunBoxSpec, image: ImageRecord) -> str:
     """Create the box; a recorded image the engine no longer has is an image error."""
     try:
-        return engine.create_container(spec.name, create_body(spec))
+        return engine.create_box(spec.name, spec.box())
     except EngineAPIError as exc:
         if exc.status == 404 and "image" in exc.engine_message.lower():
             raise ImageError(
@@ -115,11 +107,11 @@ def create_box(engine: Engine, spec: BoxSpec, image: ImageRecord) -> str:
         raise
 
 
-def read_back_posture(engine: Engine, spec: BoxSpec, container_id: str) -> PostureReport:
-    inspected = engine.inspect_container(container_id)
-    if inspected is None:
+def read_back_posture(engine: Engine, spec: RunBoxSpec, container_id: str) -> PostureReport:
+    facts = engine.box_facts(container_id)
+    if facts is None:
         raise SandboxError("The box vanished between create and inspect.")
-    return verify(spec, inspected)
+    return check(spec.box(), facts)
 
 
 def refuse_if_weakened(posture: PostureReport) -> None:

@@ -9,6 +9,20 @@ plan a box is made with, and what the proxy's tally says it reached (pure).
 
 The allowlist is the operator's (config) and the machine's pip and npm
 configuration (`pybox._adapters.egress_config`), never the agent's.
+
+Egress as posture: the egress network's own settings, and the proxy
+container as a sealed box (pure; read back before anything starts). The run
+box's network rules are the seal table's (`pybox._core.seal`).
+
+The proxy container is a sealed box with the differences its job needs:
+it is on two networks (the box's internal one, then the engine's bridge, joined
+before start), the engine keeps its stdout (the log of what it relayed, capped),
+and it runs pybox's proxy instead of the bootstrap; it has no /dev/shm (IPC
+mode none) and no tmpfs, so nothing in it is writable. Everything else is a
+run box's: read-only root, every capability dropped, pybox's seccomp profile,
+no host path, a uid of its own, memory, CPU and process caps, open-file,
+process and core ulimits. Egress `packages` is Docker's only (docs/engines.md,
+"Egress on Podman").
 """
 
 from __future__ import annotations
@@ -18,9 +32,12 @@ import ipaddress
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pybox._core.display import plural
 from pybox._core.errors import ConfigError, EgressRefused, InvalidRequest
+from pybox._core.seal import BoxNetwork, BoxSpec, LogPolicy
+from pybox._core.seccomp import Confinement
 
 NONE, PACKAGES, OPEN = "none", "packages", "open"
 MODES = (NONE, PACKAGES, OPEN)
@@ -311,3 +328,98 @@ def describe_egress(observed: EgressObserved) -> str:
     )
     refused = f"; {observed.refused} refused by the proxy" if observed.refused else ""
     return f"packages: {reached or 'no host reached'}{refused}"
+
+
+# -- egress as posture ---------------------------------------------------------------
+
+PROXY_HOSTNAME = "pybox-egress"
+PROXY_MEMORY_BYTES = 64 * 1024 * 1024
+PROXY_PIDS = 64
+PROXY_NANO_CPUS = 500_000_000
+# Its stdout holds only its answers to pybox's asks (a tally each): no client writes it.
+PROXY_LOG_KIND = "json-file"
+PROXY_LOG_OPTIONS = (("max-size", "16m"), ("max-file", "1"))
+# A box's ulimits (pybox._core.runtime_limits): 16 connections take 33 descriptors
+# and 18 threads; nproc holds the proxy's uid (its own) to its processes cap too.
+PROXY_OPEN_FILES = 256
+PROXY_ULIMITS = (
+    ("nofile", PROXY_OPEN_FILES, PROXY_OPEN_FILES),
+    ("core", 0, 0),
+    ("nproc", PROXY_PIDS, PROXY_PIDS),
+)
+# The host gets no address on a `packages` network: the box reaches no host
+# service, only the proxy's address (docs/containment.md, measured there).
+INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
+
+
+def network_body(plan_mode: str, labels: Mapping[str, str]) -> dict[str, Any]:
+    options = {"com.docker.network.bridge.enable_icc": "true"}
+    if plan_mode == PACKAGES:
+        options[INHIBIT_IPV4] = "true"
+    return {
+        "Driver": "bridge",
+        "Internal": plan_mode == PACKAGES,
+        "CheckDuplicate": True,
+        "Attachable": False,
+        "EnableIPv6": False,
+        "Labels": dict(labels),
+        "Options": options,
+    }
+
+
+def network_problems(
+    inspected: Mapping[str, Any], plan_mode: str, labels: Mapping[str, str]
+) -> list[str]:
+    """What differs between the engine's view of an egress network and what was asked."""
+    problems = []
+    internal = plan_mode == PACKAGES
+    if bool(inspected.get("Internal")) != internal:
+        problems.append(f"Internal is {inspected.get('Internal')!r}, not {internal}")
+    if inspected.get("Driver") != "bridge":
+        problems.append(f"Driver is {inspected.get('Driver')!r}, not bridge")
+    if inspected.get("EnableIPv6"):
+        problems.append("EnableIPv6 is on")
+    options = inspected.get("Options") or {}
+    if internal and options.get(INHIBIT_IPV4) != "true":
+        problems.append(f"{INHIBIT_IPV4} is {options.get(INHIBIT_IPV4)!r}, not 'true'")
+    have = inspected.get("Labels") or {}
+    if any(have.get(key) != value for key, value in labels.items()):
+        problems.append("its labels differ")
+    return problems
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    image_id: str
+    entrypoint: tuple[str, ...]
+    user: str
+    labels: tuple[tuple[str, str], ...]
+    network: str
+    confinement: Confinement
+    runtime: str = "runc"
+
+
+def proxy_box(spec: ProxySpec) -> BoxSpec:
+    """The proxy in box words: the one posture every backend translates."""
+    return BoxSpec(
+        image=spec.image_id,
+        image_why="the box's own image",
+        user=spec.user,
+        user_why="a uid of its own, no capability",
+        entrypoint=spec.entrypoint,
+        entrypoint_why="pybox's proxy, its allowlist",
+        env=(),
+        hostname=PROXY_HOSTNAME,
+        labels=spec.labels,
+        confinement=spec.confinement,
+        runtime=spec.runtime,
+        memory_bytes=PROXY_MEMORY_BYTES,
+        nano_cpus=PROXY_NANO_CPUS,
+        pids=PROXY_PIDS,
+        ulimits=PROXY_ULIMITS,
+        # Nothing writable, and no /dev/shm at all: it uses threads only.
+        writable=(),
+        no_shm=True,
+        network=BoxNetwork(spec.network, "the box's internal network (the bridge is joined)"),
+        log=LogPolicy(PROXY_LOG_KIND, PROXY_LOG_OPTIONS, "its log of connections, capped"),
+    )

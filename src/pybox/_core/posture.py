@@ -1,35 +1,23 @@
-"""The box's posture: every restriction, set in one place and read back.
+"""A run box: what one run's box is (`RunBoxSpec`), said as a sealed box.
 
-`requirements()` is the single list of what a box must be. The engine create
-body is built from it, and the container the engine actually made is compared
-against the same list before it may start. A field the engine dropped, changed
-or added (a mount, a capability, a network) is a mismatch, and a mismatch ends
-the run as a sandbox error: never a weaker box.
+`RunBoxSpec.box()` is the run box in box words (`pybox._core.seal.BoxSpec`):
+the backend builds its create request from it, and the container the engine
+actually made is checked against the same rules before it may start. A field
+the engine dropped, changed or added (a mount, a capability, a network) is a
+mismatch, and a mismatch ends the run as a sandbox error: never a weaker box.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from pybox._core.egress import EgressPlan
+from pybox._core.egress import NONE, PACKAGES, EgressPlan
 from pybox._core.limits import Limits
 from pybox._core.preload import check_modules
-from pybox._core.readback import (
-    Check,
-    PostureReport,
-    Requirement,
-    body_from,
-    check_requirements,
-    config_field,
-    host_absent,
-    host_field,
-    sealed_host_requirements,
-)
 from pybox._core.runtime_limits import engine_pids_limit, ulimits
 from pybox._core.runtimes import RUNC_CHOICE, RuntimeChoice
+from pybox._core.seal import BoxNetwork, BoxSpec, LogPolicy, Stdin, Writable
 from pybox._core.seccomp import Confinement
 from pybox._core.wire import ONE_PROGRAM, PROTOCOLS, SANDBOX
 
@@ -77,13 +65,6 @@ LABEL_VERSION = "io.pybox.version"
 # sweep leaves it to the sandboxes' own sweep until its lifetime is over.
 LABEL_SANDBOX = "io.pybox.sandbox"
 
-# Paths the engine masks or makes read-only by default; pybox insists on them.
-TMPFS_FLAGS = "rw,nosuid,nodev,noexec"
-# The workspace tmpfs (/pybox) of an environment whose recipe says
-# `workspace_exec = true` (compiled toolchains: go test, cargo test run what they
-# build there). Still nosuid and nodev; /tmp and /dev/shm stay noexec.
-WORKSPACE_EXEC_FLAGS = "rw,nosuid,nodev,exec"
-
 
 def box_environment(
     image_env: tuple[tuple[str, str], ...] = (), cpus: float = 1.0
@@ -107,8 +88,8 @@ def box_environment(
 
 
 @dataclass(frozen=True)
-class BoxSpec:
-    """Everything that decides what one box is."""
+class RunBoxSpec:
+    """Everything that decides what one run's box is."""
 
     run_id: str
     image_id: str
@@ -120,7 +101,7 @@ class BoxSpec:
     pybox_version: str
     confinement: Confinement
     code_name: str = "main.py"
-    # The isolation lane: its engine runtime is HostConfig.Runtime, read back.
+    # The isolation lane: its engine runtime is read back.
     isolation: RuntimeChoice = RUNC_CHOICE
     image_env: tuple[tuple[str, str], ...] = field(default=())
     uid: int = BOX_UID  # runs draw one of their own: see BOX_UID_FIRST
@@ -130,8 +111,6 @@ class BoxSpec:
     protocol: int = ONE_PROGRAM
     # A sandbox's box: the tag of the store that records it (its label's value).
     sandbox_store: str = ""
-    # The engine that makes it ("docker", "podman"): how its answers are read back.
-    engine: str = "docker"
     # Its network mode and, unless none, its own network (pybox._core.egress).
     egress: EgressPlan = field(default_factory=EgressPlan)
     # A warm box's modules to import before its code arrives (the image's list;
@@ -208,106 +187,50 @@ class BoxSpec:
         """The writable places mounted without noexec (the receipt says them)."""
         return (PYBOX_ROOT,) if self.workspace_exec else ()
 
-    def tmpfs(self) -> dict[str, str]:
+    def writable(self) -> tuple[Writable, ...]:
         size = self.limits.writable_bytes
-        workspace = WORKSPACE_EXEC_FLAGS if self.workspace_exec else TMPFS_FLAGS
-        return {
-            PYBOX_ROOT: f"{workspace},size={size},uid={self.uid},gid={self.uid},mode=0755",
-            TMP_DIR: f"{TMPFS_FLAGS},size={size},mode=1777",
-        }
+        return (
+            Writable(PYBOX_ROOT, size, "0755", exec_ok=self.workspace_exec, uid=self.uid),
+            Writable(TMP_DIR, size, "1777"),
+        )
 
+    def tmpfs(self) -> dict[str, str]:
+        return {place.path: place.options() for place in self.writable()}
 
-def requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
-    """The whole posture of a box. The create body and the check derive from it."""
-    from pybox._core.egress_posture import network_requirements  # it builds on this module
-
-    limits = spec.limits
-    return (
-        # What runs, as whom, where.
-        Requirement(("Image",), spec.image_id, "the recorded image, by ID", create_path=("Image",)),
-        config_field("User", spec.user, "a non-root user of the box's own"),
-        config_field("Entrypoint", spec.entrypoint(), "pybox's bootstrap holds PID 1"),
-        config_field("Cmd", [], "nothing from the image runs", Check.EMPTY),
-        config_field("Env", spec.environment(), "only pybox's environment", Check.INCLUDES),
-        config_field(
-            "WorkingDir", PYBOX_ROOT, "the tmpfs root (the engine would create a subfolder as root)"
-        ),
-        config_field("Hostname", BOX_HOSTNAME, "not the host's name"),
-        config_field("Domainname", "", "no domain", Check.EMPTY),
-        config_field("Labels", spec.labels(), "leftovers can always be found", Check.INCLUDES),
-        config_field("Healthcheck", {"Test": ["NONE"]}, "nothing else execs inside the box"),
-        config_field("Tty", False, "plain pipes", Check.EMPTY),
-        config_field("OpenStdin", True, "code and inputs arrive on stdin, not by mount"),
-        config_field(
-            "StdinOnce",
-            spec.protocol != SANDBOX,
-            "a sandbox's stdin outlives pybox's connection"
-            if spec.protocol == SANDBOX
-            else "stdin closes with pybox's connection",
-        ),
-        config_field("AttachStdin", True, "code and inputs arrive on stdin"),
-        config_field("AttachStdout", True, "output is relayed by the bootstrap"),
-        config_field("AttachStderr", True, "bootstrap diagnostics"),
-        config_field("ExposedPorts", {}, "no ports", Check.EMPTY),
-        config_field("Volumes", {}, "no image volumes", Check.EMPTY),
-        # Network: none at all, unless the box's egress mode says otherwise.
-        *network_requirements(spec.egress),
-        host_field("PortBindings", {}, "no published ports", Check.EMPTY),
-        host_field("PublishAllPorts", False, "no published ports", Check.EMPTY),
-        host_absent("Links", "no links to other containers"),
-        # Filesystem: read-only root, capped tmpfs only, nothing from the host.
-        host_field("ReadonlyRootfs", True, "read-only root filesystem"),
-        host_field(
-            "Tmpfs",
-            spec.tmpfs(),
-            "the only writable places, size-capped"
-            + ("; /pybox exec-able (the image's recipe)" if spec.workspace_exec else ", noexec"),
-        ),
-        host_field("ShmSize", limits.writable_bytes, "/dev/shm is capped like the others"),
-        *sealed_host_requirements(
-            spec.confinement, spec.runtime, f"the {spec.isolation.lane} runtime"
-        ),
-        # Limits.
-        host_field("Memory", limits.memory_bytes, "memory cap"),
-        host_field("MemorySwap", limits.memory_bytes, "swap equal to memory: no swap escape"),
-        host_field(
-            "OomKillDisable", False, "the kernel may end a box over its memory", Check.EMPTY
-        ),
-        host_field("NanoCpus", round(limits.cpus * 1e9), "CPU cap"),
-        host_field(
-            "PidsLimit",
-            engine_pids_limit(spec.isolation.lane, limits),
-            "processes cap (under gVisor: the sandbox's host threads)",
-        ),
-        host_field(
-            "Ulimits",
-            ulimits(spec.isolation.lane, limits),
-            "open files cap; no core dumps (under gVisor: the processes cap, nproc)",
-        ),
-        host_field("OomScoreAdj", 0, "no change to OOM priority", Check.EMPTY),
-        # Lifecycle and logs.
-        host_field("LogConfig", {"Type": "none", "Config": {}}, "the engine keeps no logs"),
-        host_field("AutoRemove", False, "pybox removes the box and confirms it", Check.EMPTY),
-        host_field("RestartPolicy", {"Name": "no"}, "never restarted", Check.INCLUDES),
-    )
-
-
-def create_body(spec: BoxSpec) -> dict[str, Any]:
-    """The engine's create body, built from `requirements()` only."""
-    return body_from(requirements(spec))
-
-
-def readback_requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
-    """`requirements(spec)` as the spec's engine shows them (Podman: posture_podman)."""
-    table = requirements(spec)
-    if spec.engine != "podman":
-        return table
-    # Imported here: a Docker engine's runs do not pay for Podman's views.
-    from pybox._core.posture_podman import podman_requirements
-
-    return podman_requirements(spec, table)
-
-
-def verify(spec: BoxSpec, inspected: Mapping[str, Any]) -> PostureReport:
-    """Compare the engine's view of a created box with the posture it must have."""
-    return check_requirements(readback_requirements(spec), inspected)
+    def box(self) -> BoxSpec:
+        """The run box in box words: the one posture every backend translates."""
+        limits, lane = self.limits, self.isolation.lane
+        network = (
+            BoxNetwork()
+            if self.egress.mode == NONE
+            else BoxNetwork(
+                self.egress.network,
+                "its own internal network: only the egress proxy is on it"
+                if self.egress.mode == PACKAGES
+                else "its own bridge network (egress open, by the operator's leave)",
+                exclusive=True,
+            )
+        )
+        return BoxSpec(
+            image=self.image_id,
+            user=self.user,
+            entrypoint=tuple(self.entrypoint()),
+            env=tuple(self.environment()),
+            hostname=BOX_HOSTNAME,
+            labels=tuple(self.labels().items()),
+            confinement=self.confinement,
+            runtime=self.runtime,
+            runtime_why=f"the {lane} runtime",
+            memory_bytes=limits.memory_bytes,
+            nano_cpus=round(limits.cpus * 1e9),
+            pids=engine_pids_limit(lane, limits),
+            ulimits=tuple((u["Name"], u["Soft"], u["Hard"]) for u in ulimits(lane, limits)),
+            writable=self.writable(),
+            writable_why="the only writable places, size-capped"
+            + ("; /pybox exec-able (the image's recipe)" if self.workspace_exec else ", noexec"),
+            shm_bytes=limits.writable_bytes,
+            workdir=PYBOX_ROOT,
+            stdin=Stdin(attached=True, kept=self.protocol == SANDBOX),
+            network=network,
+            log=LogPolicy(),
+        )

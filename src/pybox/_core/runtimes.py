@@ -168,7 +168,7 @@ class EngineRuntime:
 
     @property
     def is_gvisor(self) -> bool:
-        return self.path.rsplit("/", 1)[-1] == "runsc" or self.name == "runsc"
+        return DEFAULT_GVISOR_ENGINE_RUNTIME in (self.path.rsplit("/", 1)[-1], self.name)
 
 
 def engine_runtimes(info: Mapping[str, Any]) -> tuple[EngineRuntime, ...]:

@@ -8,17 +8,23 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pybox._core.errors import EngineAPIError, EngineError
-from pybox._engine.interface import ARCHIVE_MAX_BYTES, JSONObject
+from pybox._core.seal import SealTranslation
+from pybox._engine.docker_seal import DOCKER_SEAL
+from pybox._engine.interface import ARCHIVE_MAX_BYTES, JSONObject, SealedBoxes
 from pybox._engine.networks import NetworkCalls
 from pybox._engine.plumbing import NO_AUTH
 from pybox._engine.stream import DockerAttachStream
 
 
-class DockerEngine(NetworkCalls):
+class DockerEngine(NetworkCalls, SealedBoxes):
     """Implements `Engine`: one method per Engine API call."""
 
     # pybox's name for the engine (receipts, doctor); PodmanEngine says "podman".
     name = "docker"
+    # Its translations of a sealed box (pybox._core.seal): PodmanEngine has its own.
+    seal: SealTranslation = DOCKER_SEAL
+    stdin_keeper = False
+    commit_how = ""
 
     # -- system ---------------------------------------------------------------
 
@@ -48,6 +54,12 @@ class DockerEngine(NetworkCalls):
     def cgroup_path(self, container_id: str) -> str | None:
         """Docker's answers name no cgroup path: the sampler looks in its usual layouts."""
         return None
+
+    @staticmethod
+    def box_files(container_id: str, hostname: str) -> dict[str, tuple[str, str]]:
+        """The files the engine writes for each box and binds read-only into it:
+        mount point -> how the bound file's path ends, and what it must hold."""
+        return {"/etc/hostname": (f"/{container_id}/hostname", f"read {hostname}\n")}
 
     def start_container(self, container_id: str) -> None:
         self._call("POST", f"/containers/{container_id}/start", ok=(204, 304))

@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pybox._core.errors import ConfigError
 from pybox._engine.client import DockerEngine
-from pybox._engine.endpoint import EngineEndpoint
+from pybox._engine.endpoint import DOCKER, PODMAN, EngineEndpoint
 from pybox._engine.transport import Transport
 
 # An engine's Server header product -> pybox's name for it.
-PRODUCTS = {"Docker": "docker", "Libpod": "podman"}
+PRODUCTS = {"Docker": DOCKER.name, "Libpod": PODMAN.name}
+
+
+def _podman() -> type[DockerEngine]:
+    # Imported here: a Docker engine's runs do not pay for Podman's workarounds.
+    from pybox._engine.podman import PodmanEngine
+
+    return PodmanEngine
+
+
+# pybox's name for an engine -> the backend that drives it.
+BACKENDS: dict[str, Callable[[], type[DockerEngine]]] = {
+    DOCKER.name: lambda: DockerEngine,
+    PODMAN.name: _podman,
+}
+
+
+def backend_named(name: str) -> type[DockerEngine]:
+    """The backend of the engine pybox calls `name` (an unknown one: Docker's API)."""
+    return BACKENDS.get(name, BACKENDS[DOCKER.name])()
 
 
 def connect_engine(
@@ -25,20 +46,16 @@ def connect_engine(
         else DockerEngine.connect(endpoint, transport)
     )
     product = str(getattr(probe, "product", ""))
-    name = PRODUCTS.get(product, "docker")
+    name = PRODUCTS.get(product, DOCKER.name)
     if expected not in ("auto", name):
         raise ConfigError(
             f"The engine at {endpoint.url} ({endpoint.found_by}) is {name} "
             f"(its answers say {product or 'nothing'}), but engine = {expected!r} was "
             f"asked for. Point pybox at a {expected} socket, or choose engine = {name!r}."
         )
-    if name == "podman":
-        # Imported here: a Docker engine's runs do not pay for Podman's workarounds.
-        from pybox._engine.podman import PodmanEngine
-
-        engine: DockerEngine = PodmanEngine(
-            endpoint, probe.api_version, probe.server_version, transport=probe.transport
-        )
-        engine.product = product
-        return engine
-    return probe
+    backend = backend_named(name)
+    if backend is DockerEngine:  # the probe already speaks Docker's API
+        return probe
+    engine = backend(endpoint, probe.api_version, probe.server_version, transport=probe.transport)
+    engine.product = product
+    return engine

@@ -9,12 +9,11 @@ when no Docker socket exists. `engine = "docker" | "podman"` (the config file,
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pybox._core.errors import ConfigError, EngineUnavailable
 
-ENGINES = ("auto", "docker", "podman")
 ROOTFUL_PODMAN_SOCKET = "/run/podman/podman.sock"
 START_PODMAN = "podman system service --time=0 unix://{socket} &"
 
@@ -53,13 +52,47 @@ def podman_candidates(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     return candidates
 
 
+@dataclass(frozen=True)
+class EngineKind:
+    """One engine pybox can find: its name, its address variable, its usual sockets,
+    and what to do when none is there (None: the generic advice)."""
+
+    name: str
+    variable: str
+    candidates: Callable[[Mapping[str, str]], list[tuple[str, str]]]
+    unavailable: Callable[[str], str] | None = None
+
+
+def _podman_unavailable(tried: str) -> str:
+    return (
+        f"No Podman API socket found (tried {tried}). Start Podman's API service: "
+        + START_PODMAN.format(socket=ROOTFUL_PODMAN_SOCKET)
+        + " (as root; rootless: systemctl --user start podman.socket), or set "
+        "CONTAINER_HOST=unix:///path/to/podman.sock."
+    )
+
+
+DOCKER = EngineKind("docker", "DOCKER_HOST", docker_candidates)
+PODMAN = EngineKind("podman", "CONTAINER_HOST", podman_candidates, _podman_unavailable)
+# Each `engine` setting -> the engines it looks for, in order.
+KINDS: dict[str, tuple[EngineKind, ...]] = {
+    "auto": (DOCKER, PODMAN),
+    DOCKER.name: (DOCKER,),
+    PODMAN.name: (PODMAN,),
+}
+ENGINES = tuple(KINDS)
+
+
+def engine_kinds(engine: str) -> tuple[EngineKind, ...]:
+    """The engines an `engine` setting looks for ("auto": Docker's, then Podman's)."""
+    if engine not in KINDS:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}.")
+    return KINDS[engine]
+
+
 def socket_candidates(environ: Mapping[str, str], engine: str = "docker") -> list[tuple[str, str]]:
     """The usual socket paths of `engine` ("auto": Docker's, then Podman's), in order."""
-    if engine == "podman":
-        return podman_candidates(environ)
-    if engine == "auto":
-        return docker_candidates(environ) + podman_candidates(environ)
-    return docker_candidates(environ)
+    return [candidate for kind in engine_kinds(engine) for candidate in kind.candidates(environ)]
 
 
 def _unix(variable: str, value: str, engine: str) -> EngineEndpoint:
@@ -75,28 +108,23 @@ def _unix(variable: str, value: str, engine: str) -> EngineEndpoint:
 def find_endpoint(environ: Mapping[str, str], engine: str = "auto") -> EngineEndpoint:
     """The engine's variable if set (`DOCKER_HOST`, `CONTAINER_HOST` for Podman),
     else the first usual socket path that exists."""
-    if engine not in ENGINES:
-        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}.")
-    docker_host = environ.get("DOCKER_HOST", "").strip()
-    container_host = environ.get("CONTAINER_HOST", "").strip()
-    if engine in ("auto", "docker") and docker_host:
-        return _unix("DOCKER_HOST", docker_host, "docker")
-    if engine == "podman" and container_host:
-        return _unix("CONTAINER_HOST", container_host, "podman")
-    candidates = socket_candidates(environ, engine)
-    for path, why in candidates:
+    kinds = engine_kinds(engine)
+    first = environ.get(kinds[0].variable, "").strip()
+    if first:
+        return _unix(kinds[0].variable, first, kinds[0].name)
+    candidates = [
+        (path, why, kind.name) for kind in kinds for path, why in kind.candidates(environ)
+    ]
+    for path, why, name in candidates:
         if os.path.exists(path):
-            return EngineEndpoint(path, why, "podman" if "Podman" in why else "docker")
-    if engine == "auto" and container_host:
-        return _unix("CONTAINER_HOST", container_host, "podman")
-    tried = ", ".join(path for path, _ in candidates)
-    if engine == "podman":
-        raise EngineUnavailable(
-            f"No Podman API socket found (tried {tried}). Start Podman's API service: "
-            + START_PODMAN.format(socket=ROOTFUL_PODMAN_SOCKET)
-            + " (as root; rootless: systemctl --user start podman.socket), or set "
-            "CONTAINER_HOST=unix:///path/to/podman.sock."
-        )
+            return EngineEndpoint(path, why, name)
+    for kind in kinds[1:]:
+        value = environ.get(kind.variable, "").strip()
+        if value:
+            return _unix(kind.variable, value, kind.name)
+    tried = ", ".join(path for path, _, _ in candidates)
+    if len(kinds) == 1 and kinds[0].unavailable is not None:
+        raise EngineUnavailable(kinds[0].unavailable(tried))
     raise EngineUnavailable(
         f"No container engine socket found (tried {tried}). Install and start Docker "
         "(for example: sudo apt-get install docker.io && sudo systemctl start docker), "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from pybox._core.seal import BoxFacts, BoxSpec, SealTranslation
 from pybox._engine.endpoint import EngineEndpoint
 
 JSONObject = dict[str, Any]
@@ -49,6 +50,21 @@ class BoxEngine(Protocol):
     def endpoint(self) -> EngineEndpoint: ...
 
     @property
+    def seal(self) -> SealTranslation:
+        """This backend's translations of a sealed box: its create request, its read-back."""
+        ...
+
+    @property
+    def stdin_keeper(self) -> bool:
+        """A sandbox's stdin is held open by a keeper process (Podman), which may end."""
+        ...
+
+    @property
+    def commit_how(self) -> str:
+        """How a commit is made when not as the engine's own layer ("" when it is)."""
+        ...
+
+    @property
     def api_version(self) -> str: ...
 
     @property
@@ -57,6 +73,14 @@ class BoxEngine(Protocol):
     def version(self) -> JSONObject: ...
 
     def info(self) -> JSONObject: ...
+
+    def create_box(self, name: str, spec: BoxSpec) -> str:
+        """Create a sealed box from its spec, through this backend's translation."""
+        ...
+
+    def box_facts(self, container_id: str) -> BoxFacts | None:
+        """What the engine says the box is, for `check` (None: no such box)."""
+        ...
 
     def create_container(self, name: str, body: JSONObject) -> str: ...
 
@@ -79,6 +103,27 @@ class BoxEngine(Protocol):
     def cgroup_path(self, container_id: str) -> str | None:
         """Where a started box's cgroup is, when the engine says (None: it does not)."""
         ...
+
+
+class _MakesContainers(Protocol):
+    @property
+    def seal(self) -> SealTranslation: ...
+
+    def create_container(self, name: str, body: JSONObject) -> str: ...
+
+    def inspect_container(self, container_id: str) -> JSONObject | None: ...
+
+
+class SealedBoxes:
+    """The box verbs over an engine's own create and inspect: each backend's
+    translations (`seal`) say what the box is in its terms, and what came back."""
+
+    def create_box(self: _MakesContainers, name: str, spec: BoxSpec) -> str:
+        return self.create_container(name, self.seal.create_request(spec))
+
+    def box_facts(self: _MakesContainers, container_id: str) -> BoxFacts | None:
+        answer = self.inspect_container(container_id)
+        return None if answer is None else BoxFacts(self.seal, answer)
 
 
 class ImageEngine(Protocol):

@@ -26,13 +26,15 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from pybox._core.egress_posture import INHIBIT_IPV4
+from pybox._core.egress import INHIBIT_IPV4
 from pybox._core.errors import EngineAnswerTooLarge, EngineError
+from pybox._core.seal import SealTranslation
 from pybox._core.seccomp import profile_sha256
 from pybox._engine.client import DockerEngine
 from pybox._engine.interface import JSONObject
 from pybox._engine.keeper import connect_keeper, start_keeper
 from pybox._engine.plumbing import NO_AUTH
+from pybox._engine.podman_seal import PODMAN_SEAL
 from pybox._engine.specgen import PodmanUnsupported, needs_keeper, specgen
 from pybox._engine.stream import DockerAttachStream
 
@@ -115,6 +117,9 @@ class PodmanEngine(DockerEngine):
     """The Engine API calls, with create and inspect in Podman's own terms."""
 
     name = ENGINE_NAME
+    seal: SealTranslation = PODMAN_SEAL
+    stdin_keeper = True
+    commit_how = "export and import: one flat layer"
 
     def create_network(self, name: str, body: JSONObject) -> str:
         """Refused before any call where Podman would make the network weaker."""
@@ -243,6 +248,17 @@ class PodmanEngine(DockerEngine):
             asked,
             f"Podman does not know this runtime and made the box with {got!r} instead",
         )
+
+    @staticmethod
+    def box_files(container_id: str, hostname: str) -> dict[str, tuple[str, str]]:
+        """Podman 4.3 cannot leave these out; both are written per box under
+        .../overlay-containers/<id>/userdata/ and hold nothing of the host's."""
+        return {
+            "/etc/hostname": (f"/{container_id}/userdata/hostname", f"read {hostname}\n"),
+            # Empty for a box that is not privileged (its content names the engine,
+            # the box and its image only for a privileged one).
+            "/run/.containerenv": (f"/{container_id}/userdata/.containerenv", "read "),
+        }
 
     def list_containers(self, labels: Mapping[str, str | None]) -> list[JSONObject]:
         listed = super().list_containers(labels)

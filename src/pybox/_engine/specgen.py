@@ -12,7 +12,7 @@ Every field of the body must be translated or be empty: anything else is a
 refusal naming the field (`PodmanUnsupported`), never a box without it. Go's
 decoder ignores unknown JSON fields silently, so nothing here is trusted
 either: the box is read back before start like on Docker (see
-`pybox._core.posture_podman`).
+`pybox._engine.podman_seal`).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _network(mode: str) -> dict[str, Any]:
     """The box's network namespace, and the one network it joins when it names one
     (an egress network). Measured on Podman 4.3.1: such a box reads back with
     `NetworkMode: bridge` and the network under `NetworkSettings.Networks`
-    (`pybox._core.posture_podman`); a mode naming another namespace (host,
+    (`pybox._engine.podman_seal`); a mode naming another namespace (host,
     container:, ns:, slirp4netns, pasta) is refused."""
     if mode in ("", "private", "none", "bridge"):
         return {"netns": _namespace(mode, "NetworkMode")}
@@ -134,7 +134,7 @@ _CONFIG_FIELDS = {
     "Image", "User", "Entrypoint", "Cmd", "Env", "WorkingDir", "Hostname", "Labels",
     "Healthcheck", "OpenStdin", "Tty", "NetworkDisabled",
     # Docker client hints with no meaning in the Engine API's attach (pybox attaches
-    # explicitly); StdinOnce: see posture_podman.
+    # explicitly); StdinOnce: see podman_seal.
     "StdinOnce", "AttachStdin", "AttachStdout", "AttachStderr",
 }  # fmt: skip
 _HOST_FIELDS = {

@@ -35,6 +35,7 @@ from pybox._engine import (
     connect_engine,
     find_endpoint,
 )
+from pybox._engine.endpoint import PODMAN, engine_kinds
 from pybox._features.images.records import check_images, other_users_image_hint
 from pybox._features.vm.control import colima_state_dict, vm_state
 from pybox._orchestration.engine_checks import limits_problem, podman_start_hint
@@ -259,12 +260,12 @@ def _diagnose(
         try:
             endpoint = find_endpoint(environ, settings.engine)
         except PyboxError as exc:
-            if podman_hint and settings.engine != "docker":
+            if podman_hint and PODMAN in engine_kinds(settings.engine):
                 # Podman is installed but its API service is not listening.
                 start_hint = podman_hint
             _problem(problems, "engine", str(exc), engine_next_step(exc, None, start_hint))
             return
-        if endpoint.engine == "podman" and podman_hint:
+        if endpoint.engine == PODMAN.name and podman_hint:
             start_hint = podman_hint
     report["engine"] = {
         "socket": endpoint.url,

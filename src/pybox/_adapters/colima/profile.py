@@ -38,6 +38,8 @@ MIN_COLIMA_VERSION = (0, 10, 0)  # the first with `--mount none` and `--port-for
 SYSTEM_BIN_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
 UPGRADE_COMMAND = "brew upgrade colima"
 COMMAND_TIMEOUT_S = 120.0
+# The VM's container runtime: pybox drives Docker in it.
+COLIMA_RUNTIME = "docker"
 START_TIMEOUT_S = 1800.0  # the first start downloads the VM image
 SSH_TIMEOUT_S = 10.0
 # The environment variables passed through to `colima`; everything else is dropped.
@@ -227,7 +229,7 @@ class Colima:
             "--profile",
             PROFILE,
             "--runtime",
-            "docker",
+            COLIMA_RUNTIME,
             "--mount",
             "none",
             "--port-forwarder",
@@ -292,8 +294,8 @@ class Colima:
     def isolation_problems(self, status: VMStatus) -> list[str]:
         """Everything that makes the running profile unlike the one pybox started."""
         problems: list[str] = []
-        if status.runtime != "docker":
-            problems.append(f"the runtime is {status.runtime!r}, not 'docker'")
+        if status.runtime != COLIMA_RUNTIME:
+            problems.append(f"the runtime is {status.runtime!r}, not {COLIMA_RUNTIME!r}")
         if status.kubernetes:
             problems.append("Kubernetes is running in the VM")
         if not (status.docker_socket or "").startswith("unix:///"):

@@ -1,5 +1,5 @@
 """The build box: its spec and posture table read back before start (on Podman
-with its answers mapped, `pybox._core.posture_podman`), the inputs put
+with its answers mapped, `pybox._engine.podman_seal`), the inputs put
 into it as an archive, and its steps (each an exec, timed, with the engine's view
 of its networks)."""
 
@@ -15,11 +15,7 @@ from typing import Any
 
 from pybox._adapters.piptool import PipSettings
 from pybox._adapters.rootfs import Progress
-from pybox._core.build_posture import (
-    BuildBoxSpec,
-    build_readback_requirements,
-    build_requirements,
-)
+from pybox._core.build_posture import BuildBoxSpec, build_box
 from pybox._core.display import plural
 from pybox._core.errors import ImageBuildError, PyboxError
 from pybox._core.limits import MIB
@@ -31,9 +27,9 @@ from pybox._core.posture import (
     LABEL_RUN_ID,
     LABEL_VERSION,
 )
-from pybox._core.readback import PostureReport, body_from, check_requirements
+from pybox._core.seal import PostureReport, check
 from pybox._core.seccomp import Confinement
-from pybox._engine import Engine, JSONObject
+from pybox._engine import Engine
 
 BASE_PYTHON = "/usr/bin/python3"
 # Under /opt, which the box's root owns writable: the image's `/` is 0555 on
@@ -97,7 +93,6 @@ def build_box_spec(
     lifetime_s: int = BUILD_TIMEOUT_S,
     memory_bytes: int = BUILD_MEMORY_BYTES,
     tmp_bytes: int = BUILD_TMP_BYTES,
-    engine: str = "docker",
 ) -> BuildBoxSpec:
     """A build box's spec; an install box (pybox._features.sandboxes.install) is one
     too, with the sandbox's image and Python, a shorter life and smaller caps."""
@@ -115,18 +110,17 @@ def build_box_spec(
         ),
         # Created on the bridge so it can be attached later; detached before start.
         network=BUILD_NETWORK,
-        tmpfs=(("/tmp", f"rw,nosuid,nodev,noexec,size={tmp_bytes},mode=1777"),),
+        tmp_bytes=tmp_bytes,
         memory_bytes=memory_bytes,
         cpus=cpus,
         pids=BUILD_PIDS,
         confinement=confinement,
-        engine=engine,
     )
 
 
-def build_box_body(spec: BuildBoxSpec) -> JSONObject:
-    """The build box's create body, built from its posture table only."""
-    return body_from(build_requirements(spec))
+def create_build_box(engine: Engine, name: str, spec: BuildBoxSpec) -> str:
+    """The build box, created from its rules through the engine's translation."""
+    return engine.create_box(name, build_box(spec))
 
 
 def read_back_build_box(
@@ -139,10 +133,10 @@ def read_back_build_box(
     error: type[PyboxError] = ImageBuildError,
 ) -> PostureReport:
     """The build box as the engine made it, checked against its table before start."""
-    inspected = engine.inspect_container(container_id)
-    if inspected is None:
+    facts = engine.box_facts(container_id)
+    if facts is None:
         raise error(f"The {box} vanished between create and inspect.")
-    report = check_requirements(build_readback_requirements(spec), inspected)
+    report = check(build_box(spec), facts)
     if not report.ok:
         details = "; ".join(m.describe() for m in report.mismatches[:5])
         raise error(

@@ -57,9 +57,9 @@ from pybox._features.images.build_box import (
     BuildBox,
     BuildStep,
     box_python,
-    build_box_body,
     build_box_spec,
     build_inputs_tar,
+    create_build_box,
     pip_install_argv,
     read_back_build_box,
 )
@@ -159,12 +159,11 @@ def build_lock_image(
         pybox_version=pybox_version,
         cpus=cpus,
         confinement=confinement or engine_confinement(info, local_host=True),
-        engine=engine.name,
     )
     container_id: str | None = None
     name = f"pybox-build-{run_id}"
     try:
-        container_id = engine.create_container(name, build_box_body(spec))
+        container_id = create_build_box(engine, name, spec)
         box = BuildBox(engine, container_id, progress)
         box.started = started
         box.say(f"created build box {name} from stdlib")
@@ -242,7 +241,7 @@ def build_lock_image(
         engine.kill_container(container_id)
         engine.wait_container(container_id, timeout_s=30.0)
         repo, tag = plan.reference.split(":", 1)
-        how = " (export and import: one flat layer)" if engine.name == "podman" else ""
+        how = f" ({engine.commit_how})" if engine.commit_how else ""
         image_id = box.step(
             f"commit as {plan.reference}{how}",
             lambda: engine.commit(

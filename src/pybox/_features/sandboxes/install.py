@@ -51,9 +51,9 @@ from pybox._features.images.build_box import (
     BUILD_NETWORK,
     BuildBox,
     box_python,
-    build_box_body,
     build_box_spec,
     build_inputs_tar,
+    create_build_box,
     pip_install_argv,
     read_back_build_box,
 )
@@ -172,7 +172,6 @@ def install_libraries(
         pybox_version=__version__,
         cpus=max(1, int(info.get("NCPU") or 1)),
         confinement=confinement or engine_confinement(info, local_host=True),
-        engine=engine.name,
         python=image.python_path,
         lifetime_s=int(timeout_s) + LIFETIME_SPARE_S,
         memory_bytes=tmp_bytes + WORK_MEMORY_BYTES,
@@ -297,7 +296,7 @@ class _InstallRun:
     def _start(self, spec: BuildBoxSpec, image: ImageRecord, inputs: dict[str, bytes]) -> BuildBox:
         """The install box created, read back, detached, given pip's wheel, started."""
         engine = self.engine
-        self.container_id = container_id = engine.create_container(self.name, build_box_body(spec))
+        self.container_id = container_id = create_build_box(engine, self.name, spec)
         box = BuildBox(engine, container_id, self.progress)
         box.started = self.started
         posture = read_back_build_box(

@@ -16,8 +16,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from pybox._adapters.host_facts import bridge_gateway
-from pybox._core.egress import LABEL_EGRESS_FOR, PACKAGES, REFUSED_NAMES_DROPPED
-from pybox._core.egress_posture import PROXY_ULIMITS
+from pybox._core.egress import LABEL_EGRESS_FOR, PACKAGES, PROXY_ULIMITS, REFUSED_NAMES_DROPPED
 from pybox._core.errors import EgressRefused, EngineCannotApply, PyboxError
 from pybox._core.limits import LimitRequest
 from pybox._core.request import RunRequest
@@ -149,7 +148,7 @@ def judge_proxy_posture(inspected: JSONObject | None, verdict: Verdict) -> None:
         for u in host.get("Ulimits") or []
         if isinstance(u, dict)
     }
-    expected = {str(u["Name"]): (u["Soft"], u["Hard"]) for u in PROXY_ULIMITS}
+    expected = {name: (soft, hard) for name, soft, hard in PROXY_ULIMITS}
     verdict.check(ulimits == expected, f"the egress proxy's ulimits are {ulimits}, not {expected}")
     verdict.check(
         host.get("IpcMode") == "none",

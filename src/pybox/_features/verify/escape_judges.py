@@ -18,14 +18,13 @@ from pybox._core.posture import (
     BOX_HOSTNAME,
     BOX_UID_FIRST,
 )
-from pybox._features.verify.gvisor_terms import (
-    GVISOR_DEVICES,
-    GVISOR_SENTRY_ONLY,
+from pybox._engine.connect import backend_named
+from pybox._features.verify.lanes import (
     contained_mount_in_gvisor,
     counts,
-    in_gvisor,
     judge_host_confinement,
     judge_seccomp_in_gvisor,
+    lane_terms,
 )
 from pybox._features.verify.verdict import Verdict, judge_posture_read_back, program_report
 
@@ -80,14 +79,15 @@ def judge_host_files(
     container_id = receipt.observed_by_engine.container_id or "?"
     engine_files = engine_box_files(receipt.configured.engine.name, container_id)
     mounts: list[dict[str, str]] = report.get("mounts") or []
-    gvisor = in_gvisor(receipt)
+    # Under a kernel of the lane's own (the Sentry) the mounts are its view.
+    host_kernel = lane_terms(receipt).kernel_is_host
     bad = [
         m
         for m in mounts
         if not (
-            contained_mount_in_gvisor(m, engine_files)
-            if gvisor
-            else _contained_mount(m, engine_files, host_devices)
+            _contained_mount(m, engine_files, host_devices)
+            if host_kernel
+            else contained_mount_in_gvisor(m, engine_files)
         )
     ]
     verdict.check(len(mounts) > 3, "the program listed almost no mounts")
@@ -95,13 +95,13 @@ def judge_host_files(
         verdict.saw(
             "program",
             (
-                f"{len(mounts)} mounts as the Sentry shows them: the image root and the "
-                "engine's own files read-only over 9p from the Gofer, the rest file systems "
-                "of the Sentry's own: "
-                if gvisor
-                else f"{len(mounts)} mounts, none from the host: a read-only image root, fresh "
+                f"{len(mounts)} mounts, none from the host: a read-only image root, fresh "
                 "kernel filesystems and tmpfs (device numbers the host does not use), "
                 "read-only cgroup views, and the engine's own read-only files for this box: "
+                if host_kernel
+                else f"{len(mounts)} mounts as the Sentry shows them: the image root and the "
+                "engine's own files read-only over 9p from the Gofer, the rest file systems "
+                "of the Sentry's own: "
             )
             + ", ".join(sorted(engine_files)),
         )
@@ -112,16 +112,8 @@ def judge_host_files(
 # read-only into it: mount point -> how the bound file's path ends, and what it
 # must hold (None: a mount point the engine may leave out).
 def engine_box_files(engine: str, container_id: str) -> dict[str, tuple[str, str]]:
-    if engine == "podman":
-        # Podman 4.3 cannot leave these out; both are written per box under
-        # .../overlay-containers/<id>/userdata/ and hold nothing of the host's.
-        return {
-            "/etc/hostname": (f"/{container_id}/userdata/hostname", f"read {BOX_HOSTNAME}\n"),
-            # Empty for a box that is not privileged (its content names the engine,
-            # the box and its image only for a privileged one).
-            "/run/.containerenv": (f"/{container_id}/userdata/.containerenv", "read "),
-        }
-    return {"/etc/hostname": (f"/{container_id}/hostname", f"read {BOX_HOSTNAME}\n")}
+    """The files the backend of the engine named `engine` binds into each box."""
+    return backend_named(engine).box_files(container_id, BOX_HOSTNAME)
 
 
 def _judge_engine_files(
@@ -229,32 +221,36 @@ def judge_privilege(
         uid >= BOX_UID_FIRST and ids == expected_ids, f"identity {ids}, expected {expected_ids}"
     )
     caps: dict[str, str | None] = report.get("caps") or {}
-    gvisor = in_gvisor(outcome.receipt)
+    terms = lane_terms(outcome.receipt)
     # The Sentry gives no CapAmb line; ambient capabilities are a subset of the
     # permitted and inheritable ones, so with both zero there are none.
-    if gvisor and caps.get("CapAmb") is None and caps.get("CapInh") == caps.get("CapPrm"):
+    if (
+        not terms.kernel_is_host
+        and caps.get("CapAmb") is None
+        and caps.get("CapInh") == caps.get("CapPrm")
+    ):
         caps = {**caps, "CapAmb": caps.get("CapPrm")}
     verdict.check(len(caps) == 5 and set(caps.values()) == {ZERO_CAPS}, f"capabilities: {caps}")
     verdict.check(report.get("no_new_privs") == "1", "no_new_privs is not set")
-    if gvisor:
+    if terms.kernel_is_host:
+        verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
+    else:
         # The Sentry's own view is seccomp mode 0; the filter is on its host processes.
         judge_host_confinement(verdict, host)
-    else:
-        verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")
     setuid = report.get("setuid_files")
     verdict.check(setuid == [], f"setuid or setgid files: {setuid}")
     verdict.saw(
         "program",
         f"uid {ids.get('uid')} gid {ids.get('gid')}; CapInh/Prm/Eff/Bnd/Amb all zero"
-        + (" (no CapAmb line in gVisor: zero with CapInh and CapPrm)" if gvisor else "")
+        + terms.caps_words
         + f"; no_new_privs 1; seccomp mode {report.get('seccomp')}"
-        + (" (the Sentry's view)" if gvisor else "")
+        + terms.seccomp_words
         + "; no setuid or setgid file",
     )
     attempts: dict[str, str] = report.get("attempts") or {}
     worked = sorted(name for name, result in attempts.items() if result == "succeeded")
     verdict.check(len(attempts) >= PRIVILEGE_ATTEMPTS, f"only {len(attempts)} attempts made")
-    sentry_only = sorted(set(worked) & GVISOR_SENTRY_ONLY) if gvisor else []
+    sentry_only = sorted(set(worked) & terms.own_kernel_calls)
     worked = [name for name in worked if name not in sentry_only]
     if verdict.check(not worked, f"these succeeded: {worked}"):
         verdict.saw(
@@ -276,7 +272,7 @@ def judge_privilege(
             "unchanged",
         )
     devices: list[list[Any]] = report.get("devices") or []
-    safe = SAFE_DEVICES | GVISOR_DEVICES if gvisor else SAFE_DEVICES
+    safe = SAFE_DEVICES | terms.own_kernel_devices
     unsafe = [d for d in devices if d[1] != "char" or (d[2], d[3]) not in safe]
     verdict.check(bool(devices), "no devices listed")
     if verdict.check(not unsafe, f"unsafe devices: {unsafe}"):
@@ -383,7 +379,7 @@ def judge_seccomp(
         return
     verdict.check(len(attempts) >= SECCOMP_ATTEMPTS, f"only {len(attempts)} calls made")
     verdict.check("io_uring_setup" in attempts, "io_uring_setup was not tried")
-    if in_gvisor(receipt):
+    if not lane_terms(receipt).kernel_is_host:
         judge_seccomp_in_gvisor(verdict, report, attempts, host)
         return
     verdict.check(report.get("seccomp") == "2", f"seccomp mode {report.get('seccomp')}")

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pybox._core.limits import LimitRequest
 from pybox._core.request import RunRequest
 from pybox._features.sandboxes.records import RUN_PROGRAM
-from pybox._features.verify.gvisor_terms import in_gvisor
 from pybox._features.verify.harness import Suite
+from pybox._features.verify.lanes import lane_terms
 from pybox._features.verify.verdict import Verdict, case_source, judge_gone, program_report
 
 # gVisor mounts no mqueue filesystem: its POSIX queues cannot be listed, so
@@ -38,7 +38,7 @@ def run_sandbox_ipc(suite: Suite, verdict: Verdict) -> None:
         if not verdict.check(isinstance(found, list), "the second run did not say what it found"):
             return
         assert isinstance(found, list)
-        if in_gvisor(first.receipt) and GVISOR_UNLISTABLE in found:
+        if not lane_terms(first.receipt).lists_posix_queues and GVISOR_UNLISTABLE in found:
             found.remove(GVISOR_UNLISTABLE)
             verdict.saw(
                 "program",

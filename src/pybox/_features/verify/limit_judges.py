@@ -19,7 +19,7 @@ from pybox._core.runtime_limits import (
     GVISOR_HOST_THREADS_PER_PROCESS,
     KERNEL_SCOPE_GVISOR,
 )
-from pybox._features.verify.gvisor_terms import PAGE_BYTES, in_gvisor
+from pybox._features.verify.lanes import lane_terms
 from pybox._features.verify.verdict import Verdict, judge_posture_read_back, program_report
 
 FLOOD_STDOUT_BYTES = 256 * MIB
@@ -58,7 +58,7 @@ def judge_memory_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
     )
     # Under gVisor the kernel's forced charge of the dying sandbox was measured one
     # page over the limit (67112960 for 67108864); under runc never.
-    over = PAGE_BYTES if in_gvisor(receipt) else 0
+    over = lane_terms(receipt).memory_over_bytes
     if verdict.check(
         peak is not None and peak <= cap + over,
         f"memory peak {peak} is not within the cap {cap}" + (" plus one page" if over else ""),
@@ -76,7 +76,7 @@ def judge_memory_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
 
 def judge_fork_bomb(outcome: RunOutcome, verdict: Verdict) -> None:
     receipt = outcome.receipt
-    if in_gvisor(receipt):
+    if not lane_terms(receipt).kernel_is_host:
         _judge_fork_bomb_in_gvisor(outcome, verdict)
         return
     kernel = receipt.observed_by_kernel
@@ -230,39 +230,26 @@ def judge_disk_fill(outcome: RunOutcome, verdict: Verdict) -> None:
     probes = int(report.get("root_probes") or 0)
     verdict.check(probes > 50, f"only {probes} directories probed")
     verdict.check(not written, f"files created on the root filesystem in {written}")
-    if in_gvisor(outcome.receipt):
-        # The Sentry checks permission before the read-only mount: EACCES where the
-        # box user may not write anyway, EROFS where it may (at least one).
-        verdict.check(
-            set(errors) <= {"EROFS", "EACCES"} and errors.get("EROFS", 0) >= 1,
-            f"root filesystem errors other than EROFS and EACCES, or no EROFS: {errors}",
-        )
-    else:
-        verdict.check(
-            set(errors) <= {"EROFS"}, f"root filesystem errors other than EROFS: {errors}"
-        )
+    terms = lane_terms(outcome.receipt)
+    allowed, required = terms.root_write_errors, terms.root_write_error_required
+    verdict.check(
+        set(errors) <= set(allowed) and (required is None or errors.get(required, 0) >= 1),
+        f"root filesystem errors other than {' and '.join(allowed)}"
+        + (f", or no {required}" if required else "")
+        + f": {errors}",
+    )
     # EACCES where the box user may not even enter the directory (/root): still no write.
     named: dict[str, str] = report.get("named") or {}
     verdict.check(
         bool(named) and set(named.values()) <= {"EROFS", "EACCES"},
         f"named directories: {named}",
     )
-    if in_gvisor(outcome.receipt):
-        # The Sentry's statvfs gives no read-only flag; its mount table says `ro`.
-        verdict.check(
-            report.get("root_mount_read_only") is True, "/ is not mounted ro in the mount table"
-        )
-    else:
-        verdict.check(report.get("root_read_only_flag") is True, "/ is not mounted read-only")
+    verdict.check(report.get(terms.root_read_only_report) is True, terms.root_read_only_missing)
     verdict.saw(
         "program",
         f"every write in the {probes} directories of the root filesystem failed "
         f"({_tally(errors)}; {', '.join(f'{d} {e}' for d, e in named.items())}); "
-        + (
-            "the mount table says / is ro (the Sentry's statvfs has no flag)"
-            if in_gvisor(outcome.receipt)
-            else "statvfs says read-only"
-        ),
+        + terms.root_read_only_words,
     )
     fills: dict[str, dict[str, Any]] = report.get("fills") or {}
     verdict.check(len(fills) == 3, f"filled {sorted(fills)}")

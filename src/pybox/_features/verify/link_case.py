@@ -13,8 +13,8 @@ from pybox._core.limits import LimitRequest
 from pybox._core.receipt import Receipt, Status
 from pybox._core.request import RunRequest
 from pybox._features.sandboxes.records import RUN_PROGRAM
-from pybox._features.verify.gvisor_terms import in_gvisor
 from pybox._features.verify.harness import Suite
+from pybox._features.verify.lanes import lane_terms
 from pybox._features.verify.verdict import Verdict, case_source, judge_gone, program_report
 
 ATTACK_EXIT_CODE = 3
@@ -76,7 +76,7 @@ def _judge_reach(verdict: Verdict, report: dict[str, Any], receipt: Receipt) -> 
         return
     assert isinstance(opened, dict)
     verdict.check(report.get("mem") == [], "the program opened PID 1's memory (/proc/1/mem)")
-    if in_gvisor(receipt):
+    if not lane_terms(receipt).guards_other_processes_proc:
         verdict.saw(
             "program",
             f"under gVisor it opened {len(opened)} of PID 1's /proc entries ({', '.join(opened)}): "

@@ -19,11 +19,11 @@ from pybox._boxes.cleanup import remove_and_confirm
 from pybox._boxes.record import RunOutcome
 from pybox._core.errors import PyboxError
 from pybox._core.limits import MIB
-from pybox._core.posture_podman import read_back_fields
 from pybox._core.receipt import Status
+from pybox._core.seal import SealTranslation
 from pybox._core.seccomp import SECCOMP_PREFIX
 from pybox._engine import AttachStream, Engine, EngineEndpoint, JSONObject
-from pybox._engine.interface import ARCHIVE_MAX_BYTES
+from pybox._engine.interface import ARCHIVE_MAX_BYTES, SealedBoxes
 from pybox._features.verify.verdict import Verdict
 
 _REMOVE = object()
@@ -225,7 +225,7 @@ def _refused(what: str) -> PyboxError:
     return PyboxError(f"verify's posture engine does not {what}")
 
 
-class WeakenedCreateEngine:
+class WeakenedCreateEngine(SealedBoxes):
     """The real engine, except that each create asks for a weakened box.
 
     For the posture case only: it records whether the box was ever attached or
@@ -257,6 +257,18 @@ class WeakenedCreateEngine:
 
     def cgroup_path(self, container_id: str) -> str | None:
         return self._engine.cgroup_path(container_id)
+
+    @property
+    def seal(self) -> SealTranslation:
+        return self._engine.seal
+
+    @property
+    def stdin_keeper(self) -> bool:
+        return self._engine.stdin_keeper
+
+    @property
+    def commit_how(self) -> str:
+        return self._engine.commit_how
 
     @property
     def api_version(self) -> str:
@@ -372,8 +384,8 @@ def judge_weakened(
 ) -> bool:
     receipt = outcome.receipt
     fields = [m.field for m in receipt.observed_by_engine.posture_mismatches]
-    # Podman reads some of Docker's fields back under other names (posture_podman).
-    named = read_back_fields(receipt.configured.engine.name, weakening.field)
+    # A backend may read some of Docker's fields back under other names (Podman's).
+    named = hook.seal.read_back_as(weakening.field)
     label = f"{weakening.field} ({weakening.how})"
     return all(
         (

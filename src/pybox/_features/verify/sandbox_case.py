@@ -17,8 +17,8 @@ from pybox._core.request import RunRequest
 from pybox._core.runtimes import engine_runtimes
 from pybox._features.sandboxes.records import RUN_PROGRAM
 from pybox._features.sandboxes.service import Sandboxes
-from pybox._features.verify.gvisor_terms import in_gvisor, judge_host_confinement
 from pybox._features.verify.harness import Suite
+from pybox._features.verify.lanes import judge_host_confinement, lane_terms
 from pybox._features.verify.verdict import Verdict, case_source, judge_gone, program_report
 
 
@@ -41,7 +41,7 @@ def run_sandbox(suite: Suite, verdict: Verdict) -> None:
         placed = program_report(first.stdout, first.stderr, verdict).get("placed", [])
         verdict.saw("program", f"the first run put the canary in {len(placed)} places")
         container_id = first.receipt.observed_by_engine.container_id
-        if in_gvisor(first.receipt):
+        if not lane_terms(first.receipt).kernel_is_host:
             _judge_left_in_gvisor(suite, verdict, container_id)
         else:
             location = locate(container_id) if container_id else None

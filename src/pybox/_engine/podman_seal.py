@@ -1,26 +1,24 @@
-"""The box's posture as Podman reports it: every difference from Docker, mapped.
+"""The Podman backend's translations of a sealed box: Docker's, with every difference.
 
 Podman (4.3) answers the compatible inspect with some fields in its own form,
 some not at all, and keeps others only in its own inspect answer (which
 `PodmanEngine` puts under `"Libpod"`). Each entry of `MAPPINGS` replaces one
-of Docker's requirements (`pybox._core.posture.requirements`) with what
-Podman must show for the same box; a field not listed is read back exactly as
-on Docker. `tests/unit/test_posture_podman.py` pins each mapping with Podman's
-recorded answer, and docs/engines.md lists them.
+of the Docker translation's requirements (`pybox._engine.docker_seal`) with
+what Podman must show for the same box; a field not listed is read back
+exactly as on Docker. Its create request is Docker's body in Podman's own
+form (`pybox._engine.specgen`). `tests/unit/test_posture_podman.py` pins each
+mapping with Podman's recorded answer, and docs/engines.md lists them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pybox._core.readback import Check, Requirement
+from pybox._core.seal import BoxSpec, Check, Requirement
 from pybox._core.seccomp import security_opt_view
-
-if TYPE_CHECKING:
-    from pybox._core.build_posture import BuildBoxSpec
-    from pybox._core.posture import BoxSpec
+from pybox._engine.docker_seal import DOCKER_SEAL, docker_requirements, tmpfs_map
 
 LIBPOD = "Libpod"
 # Sent explicitly to Podman (its default is above what its runtime may set).
@@ -80,7 +78,8 @@ class BoxFacts:
 
 
 def box_facts(spec: BoxSpec) -> BoxFacts:
-    return BoxFacts(spec.uid, tuple(spec.tmpfs().items()))
+    uid = int(spec.user.split(":", 1)[0])
+    return BoxFacts(uid, tuple(tmpfs_map(spec.writable).items()))
 
 
 Mapping_ = Callable[[BoxFacts, Requirement], tuple[Requirement, ...]]
@@ -208,7 +207,18 @@ def _network_disabled(_facts: BoxFacts, docker: Requirement) -> tuple[Requiremen
 
 
 def _network_mode(_facts: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
-    if docker.expected in ("none", "bridge"):
+    if docker.expected == "bridge":
+        # A build box, on the engine's default network: its own answer names the same
+        # mode (its default network, which its compatible API calls 'bridge').
+        return (
+            docker,
+            Requirement(
+                _libpod("HostConfig", "NetworkMode"),
+                "bridge",
+                f"{docker.why}; Podman: its own answer names the same mode",
+            ),
+        )
+    if docker.expected == "none":
         return (docker,)
     why = f"{docker.why}; Podman: {_OWN_NETWORK} under NetworkSettings.Networks"
     return (
@@ -217,6 +227,31 @@ def _network_mode(_facts: BoxFacts, docker: Requirement) -> tuple[Requirement, .
             _libpod("NetworkSettings", "Networks"), [docker.expected], why, view=_network_keys
         ),
     )
+
+
+def _annotations(_facts: BoxFacts, docker: Requirement) -> tuple[Requirement, ...]:
+    why = (
+        f"{docker.why}; Podman: its own answer lists them, with its record of its own "
+        f"settings ({PODMAN_OWN_ANNOTATIONS}*, each also read back under its own field) "
+        "and nothing else"
+    )
+    return (
+        Requirement(
+            _libpod("Config", "Annotations"), {}, why, Check.EMPTY, view=_foreign_annotations
+        ),
+    )
+
+
+# Podman's record of settings it was given (privileged, init, seccomp...): each of
+# those is read back under its own field too.
+PODMAN_OWN_ANNOTATIONS = "io.podman.annotations."
+
+
+def _foreign_annotations(value: Any) -> Any:
+    """The annotations that are not Podman's record of its own settings."""
+    if not isinstance(value, Mapping):
+        return value
+    return {k: v for k, v in value.items() if not str(k).startswith(PODMAN_OWN_ANNOTATIONS)}
 
 
 MAPPINGS: dict[str, Mapping_] = {
@@ -277,45 +312,21 @@ MAPPINGS: dict[str, Mapping_] = {
     ),
     "HostConfig.Ulimits": _ulimits,
     "HostConfig.LogConfig": _log_config,
+    "HostConfig.Annotations": _annotations,
 }
 
 
-# A build box (pybox._core.build_posture) is made on the engine's bridge network;
-# its mode is read back in Podman's own answer too (the compatible one says the same).
-BUILD_MAPPINGS: dict[str, Mapping_] = {
-    "HostConfig.NetworkMode": lambda spec, docker: (
-        docker,
-        Requirement(
-            _libpod("HostConfig", "NetworkMode"),
-            docker.expected,
-            f"{docker.why}; Podman: its own answer names the same mode (its default "
-            "network, which its compatible API calls 'bridge')",
-        ),
-    ),
-}
-
-
-def _mapped(
-    facts: BoxFacts, table: tuple[Requirement, ...], mappings: Mapping[str, Mapping_]
-) -> tuple[Requirement, ...]:
+def _mapped(facts: BoxFacts, table: tuple[Requirement, ...]) -> tuple[Requirement, ...]:
     mapped: list[Requirement] = []
     for requirement in table:
-        mapping = mappings.get(requirement.name)
+        mapping = MAPPINGS.get(requirement.name)
         mapped.extend((requirement,) if mapping is None else mapping(facts, requirement))
     return tuple(mapped)
 
 
-def podman_requirements(spec: BoxSpec, table: tuple[Requirement, ...]) -> tuple[Requirement, ...]:
-    """Docker's table with each of Podman's differences mapped (MAPPINGS)."""
-    return _mapped(box_facts(spec), table, MAPPINGS)
-
-
-def podman_build_requirements(
-    spec: BuildBoxSpec, table: tuple[Requirement, ...]
-) -> tuple[Requirement, ...]:
-    """A build box's table with the same mappings, and its network's (BUILD_MAPPINGS);
-    it runs as root (uid 0)."""
-    return _mapped(BoxFacts(0, spec.tmpfs), table, {**MAPPINGS, **BUILD_MAPPINGS})
+def podman_requirements(spec: BoxSpec) -> tuple[Requirement, ...]:
+    """The Docker translation's table with each of Podman's differences mapped."""
+    return _mapped(box_facts(spec), docker_requirements(spec))
 
 
 # The fields Podman's read-back checks in place of each Docker field MAPPINGS
@@ -332,11 +343,23 @@ READ_BACK_AS: dict[str, frozenset[str]] = {
     "HostConfig.CgroupnsMode": frozenset({"Libpod.HostConfig.CgroupMode"}),
     "HostConfig.Runtime": frozenset({"Libpod.OCIRuntime"}),
     "HostConfig.LogConfig": frozenset({"HostConfig.LogConfig.Type", "HostConfig.LogConfig.Config"}),
+    "HostConfig.Annotations": frozenset({"Libpod.Config.Annotations"}),
 }
 
 
-def read_back_fields(engine: str, field: str) -> frozenset[str]:
-    """The posture fields that stand for Docker's `field` on `engine`."""
-    if engine == "podman":
+class PodmanSeal:
+    """The Podman backend's translations (`pybox._core.seal.SealTranslation`).
+    Its create request is Docker's body; `PodmanEngine` sends it in Podman's own
+    form (`pybox._engine.specgen`)."""
+
+    def requirements(self, spec: BoxSpec) -> tuple[Requirement, ...]:
+        return podman_requirements(spec)
+
+    def create_request(self, spec: BoxSpec) -> dict[str, Any]:
+        return DOCKER_SEAL.create_request(spec)
+
+    def read_back_as(self, field: str) -> frozenset[str]:
         return READ_BACK_AS.get(field, frozenset({field}))
-    return frozenset({field})
+
+
+PODMAN_SEAL = PodmanSeal()

@@ -1,4 +1,10 @@
-"""How `pybox verify` judges a case on gVisor's terms (docs/isolation.md).
+"""How `pybox verify` judges a case in each lane: lanes as objects (`LaneTerms`),
+and gVisor's own terms (docs/isolation.md).
+
+A judge asks `lane_terms(receipt)` for the run's lane and reads what differs
+from it (how far past the memory cap a dying box may be charged, the calls and
+devices of the lane's own kernel, what a write to the read-only root answers,
+whose view of the program's confinement is the evidence); no judge names a lane.
 
 Under gVisor the program's system calls go to the Sentry, a kernel in user
 space: what the program sees of itself (`/proc/self/status`, seccomp mode 0, the
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pybox._adapters.box_processes import (
@@ -24,7 +31,7 @@ from pybox._adapters.box_processes import (
     HostProcess,
 )
 from pybox._core.receipt import Receipt
-from pybox._core.runtimes import GVISOR
+from pybox._core.runtimes import GVISOR, RUNC
 from pybox._features.verify.verdict import Verdict
 
 # Under gVisor these succeed inside the Sentry, which implements them itself: user
@@ -56,10 +63,66 @@ def counts(values: Iterable[object]) -> str:
     return ", ".join(f"{name} x{count}" for name, count in sorted(tally.items()))
 
 
-def in_gvisor(receipt: Receipt) -> bool:
-    """The run's lane was gVisor (the configured lane, read back before start)."""
+@dataclass(frozen=True)
+class LaneTerms:
+    """What the judges read differently in one lane."""
+
+    lane: str
+    # The program's view of itself (seccomp mode, capabilities, processes) is the
+    # host kernel's. Otherwise (gVisor) it is a user-space kernel's, and the
+    # evidence is the host's view of the box's processes (`judge_host_confinement`).
+    kernel_is_host: bool = True
+    # How far past the memory cap the kernel may charge a box being OOM-killed.
+    memory_over_bytes: int = 0
+    # Privileged calls that succeed inside the lane's own kernel only, and its devices.
+    own_kernel_calls: frozenset[str] = frozenset()
+    own_kernel_devices: frozenset[tuple[int, int]] = frozenset()
+    # What a write to the read-only root may answer, and the answer that must appear.
+    root_write_errors: tuple[str, ...] = ("EROFS",)
+    root_write_error_required: str | None = None
+    # Which of the program's reports says / is read-only, and in what words.
+    root_read_only_report: str = "root_read_only_flag"
+    root_read_only_missing: str = "/ is not mounted read-only"
+    root_read_only_words: str = "statvfs says read-only"
+    # What the program's report leaves out in this lane, said beside its facts.
+    caps_words: str = ""
+    seccomp_words: str = ""
+    # Whether the lane's kernel checks access to another process's /proc entries
+    # (runc: yes; gVisor's Sentry opens PID 1's descriptors and environment to any
+    # process of the box, docs/isolation.md "PID 1's descriptors under gVisor").
+    guards_other_processes_proc: bool = True
+    # Whether POSIX message queues can be listed, and so removed between a
+    # sandbox's runs (gVisor mounts no mqueue filesystem).
+    lists_posix_queues: bool = True
+
+
+RUNC_TERMS = LaneTerms(RUNC)
+GVISOR_TERMS = LaneTerms(
+    GVISOR,
+    kernel_is_host=False,
+    memory_over_bytes=PAGE_BYTES,
+    own_kernel_calls=GVISOR_SENTRY_ONLY,
+    own_kernel_devices=GVISOR_DEVICES,
+    # The Sentry checks permission before the read-only mount: EACCES where the box
+    # user may not write anyway, EROFS where it may (at least one).
+    root_write_errors=("EROFS", "EACCES"),
+    root_write_error_required="EROFS",
+    # The Sentry's statvfs gives no read-only flag; its mount table says `ro`.
+    root_read_only_report="root_mount_read_only",
+    root_read_only_missing="/ is not mounted ro in the mount table",
+    root_read_only_words="the mount table says / is ro (the Sentry's statvfs has no flag)",
+    caps_words=" (no CapAmb line in gVisor: zero with CapInh and CapPrm)",
+    seccomp_words=" (the Sentry's view)",
+    guards_other_processes_proc=False,
+    lists_posix_queues=False,
+)
+LANE_TERMS = {terms.lane: terms for terms in (RUNC_TERMS, GVISOR_TERMS)}
+
+
+def lane_terms(receipt: Receipt) -> LaneTerms:
+    """The run's lane (the configured one, read back before start); runc when unsaid."""
     isolation = receipt.configured.isolation
-    return isolation is not None and isolation.lane == GVISOR
+    return RUNC_TERMS if isolation is None else LANE_TERMS.get(isolation.lane, RUNC_TERMS)
 
 
 def judge_host_confinement(verdict: Verdict, processes: tuple[HostProcess, ...]) -> None:
