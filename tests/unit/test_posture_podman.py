@@ -228,3 +228,20 @@ def test_a_runtime_annotation_is_refused_on_podman() -> None:
         fields = {m.field for m in verify(SPEC, document).mismatches}
         assert fields == {"Libpod.Config.Annotations"}, key
     assert PODMAN_SEAL.read_back_as("HostConfig.Annotations") == {"Libpod.Config.Annotations"}
+
+
+def test_the_annotations_podman_writes_itself_are_not_a_runtime_s() -> None:
+    """What Podman 4.3's own API writes on a sandbox's box (CI's Podman pass): who
+    manages it, when it was made and the image's stop signal; none reconfigures the
+    runtime, so the box is not refused for them (a runtime's key beside them is)."""
+    document = recorded()
+    document["Libpod"]["Config"]["Annotations"].update(
+        {
+            "io.container.manager": "libpod",
+            "io.kubernetes.cri-o.Created": "2026-12-05T03:51:56.556213742Z",
+            "org.opencontainers.image.stopSignal": "15",
+        }
+    )
+    assert verify(SPEC, document).ok
+    document["Libpod"]["Config"]["Annotations"]["run.oci.hooks"] = "x"
+    assert {m.field for m in verify(SPEC, document).mismatches} == {"Libpod.Config.Annotations"}
