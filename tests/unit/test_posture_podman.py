@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pybox._core.seal import Requirement
+from pybox._core.seal import BoxFacts, Requirement
 from pybox._engine.docker_seal import DOCKER_SEAL
 from pybox._engine.podman_seal import MAPPINGS, PODMAN_SEAL, podman_tmpfs_options
 from pybox._engine.specgen import BOX_NPROC, PodmanUnsupported, specgen
@@ -245,3 +245,16 @@ def test_the_annotations_podman_writes_itself_are_not_a_runtime_s() -> None:
     assert verify(SPEC, document).ok
     document["Libpod"]["Config"]["Annotations"]["run.oci.hooks"] = "x"
     assert {m.field for m in verify(SPEC, document).mismatches} == {"Libpod.Config.Annotations"}
+
+
+def test_facts_name_the_runtime_where_each_backend_keeps_it() -> None:
+    """Podman's compatible answer always says 'oci'; its own answer names the runtime
+    (CI's Podman pass: `pybox verify`'s mcp_env case read the wrong one)."""
+    document = recorded()
+    document["HostConfig"]["Runtime"] = "oci"
+    document["Libpod"]["OCIRuntime"] = "runc"
+    assert BoxFacts(PODMAN_SEAL, document).values_of("HostConfig.Runtime") == ("runc",)
+    assert BoxFacts(DOCKER_SEAL, {"HostConfig": {"Runtime": "runsc"}}).values_of(
+        "HostConfig.Runtime"
+    ) == ("runsc",)
+    assert BoxFacts(DOCKER_SEAL, {}).values_of("HostConfig.Runtime") == ()

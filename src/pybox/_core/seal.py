@@ -413,6 +413,16 @@ class BoxFacts:
     translation: SealTranslation
     answer: Mapping[str, Any]
 
+    def values_of(self, field: str) -> tuple[Any, ...]:
+        """What this backend's answer holds where it stands for Docker's `field`
+        (Podman names the runtime under `Libpod.OCIRuntime`, its compatible
+        answer always `oci`); a field the answer lacks is left out."""
+        found = (
+            _lookup(self.answer, tuple(path.split(".")))
+            for path in sorted(self.translation.read_back_as(field))
+        )
+        return tuple(value for value in found if value is not _MISSING)
+
 
 def check(spec: BoxSpec, facts: BoxFacts) -> PostureReport:
     """Every rule of `spec` against what was read back; the mismatches stop the run."""

@@ -142,12 +142,11 @@ def _judge_experiment(
     verdict.run_ids.append(str(sandbox_id))
     boxes = suite.engine.list_containers({LABEL_RUN_ID: str(sandbox_id)})
     container_id = str(boxes[0]["Id"]) if boxes else None
-    if container_id is not None:
-        seen = (suite.engine.inspect_container(container_id) or {}).get("HostConfig") or {}
+    facts = suite.engine.box_facts(container_id) if container_id is not None else None
+    if facts is not None:
+        seen = facts.values_of("HostConfig.Runtime")
         lane = suite.session.runtime_choice().engine_runtime
-        if verdict.check(
-            seen.get("Runtime") == lane, f"the experiment's box runs in {seen.get('Runtime')!r}"
-        ):
+        if verdict.check(seen == (lane,), f"the experiment's box runs in {seen!r}"):
             verdict.saw("engine", f"the experiment's box runs in runtime {lane}")
     try:
         source = case_source("mcp_env").decode()
